@@ -1,0 +1,134 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// Papel is a role. Each route names the roles it admits (least privilege).
+type Papel string
+
+const (
+	PapelAdmin    Papel = "admin"    // everything
+	PapelOperador Papel = "operador" // operate: read, reprocess, resend
+	PapelLeitor   Papel = "leitor"   // read only
+	PapelProdutor Papel = "produtor" // publish events, nothing else
+)
+
+// ValidPapel reports whether p is a token role.
+func ValidPapel(p Papel) bool {
+	switch p {
+	case PapelAdmin, PapelOperador, PapelLeitor, PapelProdutor:
+		return true
+	}
+	return false
+}
+
+// Token is an API token's public record; its secret is never stored.
+type Token struct {
+	ID       string    `json:"id"`
+	Nome     string    `json:"nome"`
+	Papel    Papel     `json:"papel"`
+	CriadoEm time.Time `json:"criado_em"`
+}
+
+// Operator is a console account.
+type Operator struct {
+	ID       string    `json:"id"`
+	Login    string    `json:"login"`
+	Papel    Papel     `json:"papel"`
+	CriadoEm time.Time `json:"criado_em"`
+}
+
+// AuthStore keeps tokens and operators.
+type AuthStore interface {
+	InsertToken(ctx context.Context, t Token, hash string) error
+	TokenByHash(ctx context.Context, hash string) (Token, error)
+	InsertOperator(ctx context.Context, o Operator, senhaHash string) (bool, error)
+	OperatorByLogin(ctx context.Context, login string) (Operator, string, error)
+}
+
+// Auth issues and checks credentials.
+type Auth struct {
+	Store AuthStore
+	Now   func() time.Time
+}
+
+const tokenPrefix = "gh_"
+
+// CreateToken returns a new token's secret (shown once) and its record.
+func (a *Auth) CreateToken(ctx context.Context, papel Papel, nome string) (string, Token, error) {
+	if !ValidPapel(papel) {
+		return "", Token{}, &Error{Code: EInvalid, Message: "papel inválido",
+			Details: []Detail{{"/papel", "deve ser admin, operador, leitor ou produtor"}}}
+	}
+	secret := tokenPrefix + randomString(32)
+	t := Token{ID: uuid.Must(uuid.NewV7()).String(), Nome: nome, Papel: papel, CriadoEm: a.Now().UTC()}
+	if t.Nome == "" {
+		t.Nome = string(papel)
+	}
+	if err := a.Store.InsertToken(ctx, t, hashToken(secret)); err != nil {
+		return "", Token{}, err
+	}
+	return secret, t, nil
+}
+
+// Authenticate resolves a bearer secret to its token.
+func (a *Auth) Authenticate(ctx context.Context, secret string) (Token, error) {
+	if !strings.HasPrefix(secret, tokenPrefix) {
+		return Token{}, Errorf(EUnauthorized, "token inválido")
+	}
+	t, err := a.Store.TokenByHash(ctx, hashToken(secret))
+	if errors.Is(err, ErrNotFound) {
+		return Token{}, Errorf(EUnauthorized, "token inválido")
+	}
+	return t, err
+}
+
+// Allow returns EForbidden unless the token's role is one of roles.
+func Allow(t Token, roles ...Papel) error {
+	for _, r := range roles {
+		if t.Papel == r {
+			return nil
+		}
+	}
+	return Errorf(EForbidden, "o papel %s não permite esta operação", t.Papel)
+}
+
+// EnsureAdmin creates the admin operator on first start. password may be
+// empty, in which case one is generated; it is returned only when created.
+func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, error) {
+	if password == "" {
+		password = randomString(18)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", false, err
+	}
+	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: "admin", Papel: PapelAdmin, CriadoEm: a.Now().UTC()}
+	created, err := a.Store.InsertOperator(ctx, o, string(hash))
+	if err != nil || !created {
+		return "", false, err
+	}
+	return password, true, nil
+}
+
+func hashToken(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand panics on failure)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

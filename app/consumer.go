@@ -1,0 +1,498 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DLQ statuses.
+const (
+	DLQPendente        = "pendente"
+	DLQRetrying        = "retrying"
+	DLQResolved        = "resolved"
+	DLQFailedPermanent = "failed_permanent"
+)
+
+// DLQEntry is one consumer failure (SPEC 4.5).
+type DLQEntry struct {
+	ID              int64      `json:"id,string"`
+	EventID         string     `json:"event_id"`
+	Sequence        int64      `json:"sequence_number,string"`
+	Tipo            string     `json:"tipo"`
+	Colonia         string     `json:"colonia"`
+	HandlerNome     string     `json:"handler_nome"`
+	MensagemErro    string     `json:"mensagem_erro"`
+	PilhaErro       string     `json:"pilha_erro"`
+	Tentativas      int        `json:"tentativas"`
+	UltimaTentativa time.Time  `json:"ultima_tentativa"`
+	Status          string     `json:"status"`
+	CriadoEm        time.Time  `json:"criado_em"`
+	ResolvidoEm     *time.Time `json:"resolvido_em,omitempty"`
+}
+
+// DLQStats is the body of GET /api/events/dlq.
+type DLQStats struct {
+	PendentesPorColonia map[string]int `json:"pendentes_por_colonia"`
+	TotalPendentes      int            `json:"total_pendentes"`
+	Entradas            []DLQEntry     `json:"entradas"`
+}
+
+// ConsumerStore keeps cursors and the dead-letter queue.
+type ConsumerStore interface {
+	Cursors(ctx context.Context, colonia string) (map[string]int64, error)
+	// SeedCursor sets a cursor only if the consumer has none for the type.
+	SeedCursor(ctx context.Context, colonia, tipo string, seq int64) error
+	// AdvanceCursors moves cursors forward, never past the first pending
+	// failure of the same colonia and tipo, and never backwards.
+	AdvanceCursors(ctx context.Context, colonia string, seqs map[string]int64) error
+	// RecordFailure inserts a pendente entry, or reopens the existing one for
+	// (event_id, colonia) with one more attempt.
+	RecordFailure(ctx context.Context, e DLQEntry) error
+	// SetDLQStatus moves one entry; resolved and failed_permanent stamp resolvido_em.
+	SetDLQStatus(ctx context.Context, eventID, colonia, status string) error
+	DLQOpen(ctx context.Context, colonia string, limit int) ([]DLQEntry, error)
+	DLQStats(ctx context.Context, limit int) (DLQStats, error)
+}
+
+// Handler processes one event. It must be idempotent: delivery to in-process
+// consumers is at-least-once (replay after a crash repeats what the cursor
+// had not yet recorded).
+type Handler func(ctx context.Context, ev Event) error
+
+// MaxDLQAttempts is how many times a failed event is tried before its entry
+// becomes failed_permanent.
+const MaxDLQAttempts = 5
+
+// Consumers runs the in-process consumers: per colonia, a goroutine that
+// catches up from the log, then follows the live stream of commits.
+type Consumers struct {
+	Log            EventLog
+	Store          ConsumerStore
+	Now            func() time.Time
+	Logger         *slog.Logger
+	Metrics        *Metrics
+	HandlerTimeout time.Duration // default 10s
+
+	mu            sync.Mutex
+	colonias      map[string]*consumer
+	started       bool
+	lastReprocess time.Time
+	wg            sync.WaitGroup
+}
+
+type subscription struct {
+	tipo, colonia, nome string
+	fn                  Handler
+}
+
+// Subscribe registers a handler for one type under a colonia. Call it before
+// Start; one handler per (tipo, colonia), since the DLQ is keyed by both.
+func (c *Consumers) Subscribe(tipo, colonia, handlerNome string, fn Handler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		panic("app: Subscribe after Start")
+	}
+	if c.colonias == nil {
+		c.colonias = map[string]*consumer{}
+	}
+	k := c.colonias[colonia]
+	if k == nil {
+		k = &consumer{parent: c, colonia: colonia, handlers: map[string]subscription{},
+			live: make(chan Appended, liveBuffer), reprocess: make(chan reprocessReq)}
+		c.colonias[colonia] = k
+	}
+	if _, dup := k.handlers[tipo]; dup {
+		panic(fmt.Sprintf("app: second handler for %s in colonia %s", tipo, colonia))
+	}
+	k.handlers[tipo] = subscription{tipo: tipo, colonia: colonia, nome: handlerNome, fn: fn}
+}
+
+// liveBuffer bounds what a consumer holds in memory; past it, the consumer
+// drops live events and catches up from the log instead of slowing the bus.
+const liveBuffer = 4096
+
+// Start seeds missing cursors with the log's highest sequence and starts one
+// goroutine per colonia; each replays what it missed before following live
+// commits. It returns once every cursor is seeded.
+func (c *Consumers) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.started = true
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = 10 * time.Second
+	}
+	ks := make([]*consumer, 0, len(c.colonias))
+	for _, k := range c.colonias {
+		ks = append(ks, k)
+	}
+	c.mu.Unlock()
+	max, err := c.Log.MaxSequence(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range ks {
+		for tipo := range k.handlers {
+			if err := c.Store.SeedCursor(ctx, k.colonia, tipo, max); err != nil {
+				return fmt.Errorf("seed cursor %s/%s: %w", k.colonia, tipo, err)
+			}
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			k.run(ctx)
+		}()
+	}
+	return nil
+}
+
+// Wait blocks until every consumer goroutine has stopped (after ctx ends).
+func (c *Consumers) Wait() { c.wg.Wait() }
+
+// Committed is the store's commit hook: it fans committed events out to the
+// consumers that subscribed to their type, never blocking the writer.
+func (c *Consumers) Committed(batch []Appended) {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return
+	}
+	for _, k := range c.colonias {
+		for _, a := range batch {
+			if _, ok := k.handlers[a.Event.Tipo]; !ok {
+				continue
+			}
+			select {
+			case k.live <- a:
+			default:
+				k.overflow.Store(true)
+			}
+		}
+	}
+}
+
+// Redeliver runs one stored event through a colonia's handler under the same
+// guard as live consumption (reentregarParaColonia).
+func (c *Consumers) Redeliver(ctx context.Context, colonia string, ev Event) error {
+	k := c.colonias[colonia]
+	if k == nil {
+		return Errorf(ENotFound, "colônia %s não tem consumidores", colonia)
+	}
+	sub, ok := k.handlers[ev.Tipo]
+	if !ok {
+		return Errorf(ENotFound, "colônia %s não consome %s", colonia, ev.Tipo)
+	}
+	return c.guard(ctx, sub, ev)
+}
+
+// ReprocessResult is the body of POST /api/events/dlq/reprocessar.
+type ReprocessResult struct {
+	Reprocessados int `json:"reprocessados"`
+	Resolvidos    int `json:"resolvidos"`
+	Falharam      int `json:"falharam"`
+}
+
+// ReprocessInterval is the least time between two DLQ reprocess requests.
+const ReprocessInterval = time.Minute
+
+// ReprocessDLQ retries a colonia's open DLQ entries with the redacted
+// payload from the log. It runs on the colonia's own goroutine, so a handler
+// never runs twice at once.
+func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (ReprocessResult, error) {
+	c.mu.Lock()
+	k := c.colonias[colonia]
+	now := c.Now()
+	if wait := c.lastReprocess.Add(ReprocessInterval).Sub(now); !c.lastReprocess.IsZero() && wait > 0 {
+		c.mu.Unlock()
+		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: "reprocessamento permitido uma vez por minuto"}
+	}
+	if k == nil {
+		c.mu.Unlock()
+		return ReprocessResult{}, &Error{Code: ENotFound, Message: fmt.Sprintf("colônia %s não tem consumidores", colonia),
+			Details: []Detail{{"/colonia", "colônia desconhecida"}}}
+	}
+	c.lastReprocess = now
+	c.mu.Unlock()
+	req := reprocessReq{ctx: ctx, done: make(chan reprocessRes, 1)}
+	select {
+	case k.reprocess <- req:
+	case <-ctx.Done():
+		return ReprocessResult{}, ctx.Err()
+	}
+	select {
+	case res := <-req.done:
+		return res.ReprocessResult, res.err
+	case <-ctx.Done():
+		return ReprocessResult{}, ctx.Err()
+	}
+}
+
+type reprocessReq struct {
+	ctx  context.Context
+	done chan reprocessRes
+}
+
+type reprocessRes struct {
+	ReprocessResult
+	err error
+}
+
+type consumer struct {
+	parent    *Consumers
+	colonia   string
+	handlers  map[string]subscription
+	live      chan Appended
+	overflow  atomic.Bool
+	reprocess chan reprocessReq
+
+	pos     int64            // highest sequence seen (handled or skipped)
+	cursors map[string]int64 // per type, as loaded, to skip what is done
+	done    map[string]int64 // per type, handled since the last save
+	open    map[string]bool  // event ids with an open DLQ entry
+}
+
+func (k *consumer) run(ctx context.Context) {
+	c := k.parent
+	log := c.Logger.With("colonia", k.colonia)
+	for {
+		if err := k.catchUp(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Error("consumer catch-up failed; retrying", "err", err)
+			select {
+			case <-time.After(time.Second):
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !k.follow(ctx) {
+			return
+		}
+	}
+}
+
+// catchUp loads cursors and open failures, then replays the log from the
+// lowest cursor until it reaches the head.
+func (k *consumer) catchUp(ctx context.Context) error {
+	c := k.parent
+	k.overflow.Store(false)
+	// Drain what is queued: anything in it is also in the log we read next.
+	for len(k.live) > 0 {
+		<-k.live
+	}
+	cursors, err := c.Store.Cursors(ctx, k.colonia)
+	if err != nil {
+		return err
+	}
+	k.cursors, k.done = cursors, map[string]int64{}
+	open, err := c.Store.DLQOpen(ctx, k.colonia, 10000)
+	if err != nil {
+		return err
+	}
+	k.open = map[string]bool{}
+	for _, e := range open {
+		k.open[e.EventID] = true
+	}
+	tipos := make([]string, 0, len(k.handlers))
+	k.pos = -1
+	for tipo := range k.handlers {
+		tipos = append(tipos, tipo)
+		if cur := cursors[tipo]; k.pos < 0 || cur < k.pos {
+			k.pos = cur
+		}
+	}
+	sort.Strings(tipos)
+	for {
+		batch, err := c.Log.EventsAfter(ctx, k.pos, tipos, replayPage)
+		if err != nil {
+			return err
+		}
+		for _, ev := range batch {
+			k.handle(ctx, ev)
+		}
+		if len(batch) > 0 {
+			k.pos = batch[len(batch)-1].Sequence
+		}
+		if err := k.save(ctx); err != nil {
+			return err
+		}
+		if len(batch) < replayPage {
+			return nil
+		}
+	}
+}
+
+// follow applies live commits until the queue overflowed (false means stop).
+func (k *consumer) follow(ctx context.Context) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case req := <-k.reprocess:
+			res, err := k.reprocessDLQ(req.ctx)
+			req.done <- reprocessRes{res, err}
+		case a := <-k.live:
+			if k.overflow.Load() {
+				return true
+			}
+			if a.Event.Sequence <= k.pos {
+				continue
+			}
+			ev := a.Event
+			ev.Payload = a.FullPayload
+			k.handle(ctx, ev)
+			k.pos = ev.Sequence
+			// Save once the burst is drained: one write per burst, not per event.
+			if len(k.live) == 0 {
+				if err := k.save(ctx); err != nil {
+					k.parent.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
+					return true
+				}
+			}
+		}
+	}
+}
+
+func (k *consumer) handle(ctx context.Context, ev Event) {
+	sub, ok := k.handlers[ev.Tipo]
+	if !ok || ev.Sequence <= k.cursors[ev.Tipo] {
+		return
+	}
+	if err := k.parent.guard(ctx, sub, ev); err != nil {
+		return
+	}
+	k.done[ev.Tipo] = ev.Sequence
+	if k.open[ev.EventID] {
+		delete(k.open, ev.EventID)
+		if err := k.parent.Store.SetDLQStatus(ctx, ev.EventID, k.colonia, DLQResolved); err != nil {
+			k.parent.Logger.Error("resolve DLQ entry", "colonia", k.colonia, "event_id", ev.EventID, "err", err)
+		}
+	}
+}
+
+func (k *consumer) save(ctx context.Context) error {
+	if len(k.done) == 0 {
+		return nil
+	}
+	if err := k.parent.Store.AdvanceCursors(ctx, k.colonia, k.done); err != nil {
+		return err
+	}
+	for tipo, seq := range k.done {
+		k.cursors[tipo] = seq
+	}
+	k.done = map[string]int64{}
+	return nil
+}
+
+func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
+	c := k.parent
+	var res ReprocessResult
+	entries, err := c.Store.DLQOpen(ctx, k.colonia, 1000)
+	if err != nil {
+		return res, err
+	}
+	for _, e := range entries {
+		if e.Status != DLQPendente {
+			continue
+		}
+		sub, ok := k.handlers[e.Tipo]
+		if !ok {
+			continue
+		}
+		ev, err := c.Log.Event(ctx, e.EventID)
+		if err != nil {
+			return res, err
+		}
+		if err := c.Store.SetDLQStatus(ctx, e.EventID, k.colonia, DLQRetrying); err != nil {
+			return res, err
+		}
+		res.Reprocessados++
+		if err := c.guard(ctx, sub, ev); err != nil {
+			res.Falharam++
+			if e.Tentativas+1 >= MaxDLQAttempts {
+				if err := c.Store.SetDLQStatus(ctx, e.EventID, k.colonia, DLQFailedPermanent); err != nil {
+					return res, err
+				}
+			}
+			continue
+		}
+		res.Resolvidos++
+		delete(k.open, e.EventID)
+		if err := c.Store.SetDLQStatus(ctx, e.EventID, k.colonia, DLQResolved); err != nil {
+			return res, err
+		}
+	}
+	// A resolved failure no longer holds the cursor back.
+	for tipo := range k.handlers {
+		if k.pos > k.cursors[tipo] {
+			k.done[tipo] = k.pos
+		}
+	}
+	return res, k.save(ctx)
+}
+
+const replayPage = 1000
+
+// errTimeout is what a handler that overran its deadline is recorded with.
+var errTimeout = errors.New("handler timed out")
+
+// guard runs a handler so that its error, panic or timeout never reaches the
+// caller or other handlers: it is logged and recorded in the DLQ instead.
+func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error {
+	hctx, cancel := context.WithTimeout(ctx, c.HandlerTimeout)
+	defer cancel()
+	type outcome struct {
+		err   error
+		stack string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- outcome{fmt.Errorf("panic: %v", r), string(debug.Stack())}
+			}
+		}()
+		err := sub.fn(hctx, ev)
+		var stack string
+		if err != nil {
+			stack = fmt.Sprintf("%+v", err)
+		}
+		done <- outcome{err, stack}
+	}()
+	var out outcome
+	select {
+	case out = <-done:
+	case <-hctx.Done():
+		out = outcome{errTimeout, ""}
+		if ctx.Err() != nil {
+			// Shutting down: not the handler's fault, and not recorded.
+			return ctx.Err()
+		}
+	}
+	if out.err == nil {
+		c.Metrics.handled(sub.colonia, true)
+		return nil
+	}
+	c.Metrics.handled(sub.colonia, false)
+	c.Logger.Error("event handler failed", "colonia", sub.colonia, "handler", sub.nome,
+		"tipo", ev.Tipo, "event_id", ev.EventID, "sequence_number", ev.Sequence, "err", out.err)
+	now := c.Now().UTC()
+	entry := DLQEntry{EventID: ev.EventID, Sequence: ev.Sequence, Tipo: ev.Tipo, Colonia: sub.colonia,
+		HandlerNome: sub.nome, MensagemErro: out.err.Error(), PilhaErro: out.stack,
+		Tentativas: 1, UltimaTentativa: now, Status: DLQPendente, CriadoEm: now}
+	// The DLQ write must outlive a cancelled request: the failure happened.
+	if err := c.Store.RecordFailure(context.WithoutCancel(ctx), entry); err != nil {
+		c.Logger.Error("record DLQ entry failed", "colonia", sub.colonia, "event_id", ev.EventID, "err", err)
+	}
+	return out.err
+}

@@ -1,0 +1,73 @@
+// Package app is Geohub's domain: events, the registry, publishing,
+// in-process consumers and their dead-letter queue, tokens and roles. It owns
+// the interfaces the store implements and imports neither store nor web.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code classifies an Error; the web layer maps each code to one HTTP status.
+type Code string
+
+const (
+	EInvalid      Code = "invalido"        // 422: well-formed input that breaks a rule
+	EMalformed    Code = "malformado"      // 400: input that cannot be parsed
+	ENotFound     Code = "nao_encontrado"  // 404
+	EConflict     Code = "conflito"        // 409
+	EUnauthorized Code = "nao_autenticado" // 401
+	EForbidden    Code = "proibido"        // 403
+	ETooLarge     Code = "grande_demais"   // 413
+	ERateLimited  Code = "limite_de_taxa"  // 429
+	EUnavailable  Code = "indisponivel"    // 503
+	EInternal     Code = "interno"         // 500
+)
+
+// Detail is one precise finding, located by a JSON pointer into the input.
+type Detail struct {
+	Caminho  string `json:"caminho"`
+	Mensagem string `json:"mensagem"`
+}
+
+// Error is the one application error. Message and Details are public (they
+// reach the client); the wrapped Err is internal and only logged.
+type Error struct {
+	Code    Code
+	Message string
+	Details []Detail
+	Err     error
+	// RetryAfter tells a rate-limited caller when to come back.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds an Error with a public message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrNotFound is returned by stores when a row does not exist; services turn
+// it into a coded Error with a message naming what was missing.
+var ErrNotFound = errors.New("not found")
+
+// ErrorCode returns the code of err, EInternal for anything uncoded.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if errors.Is(err, ErrNotFound) {
+		return ENotFound
+	}
+	return EInternal
+}

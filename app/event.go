@@ -1,0 +1,90 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Autoria says who caused an event.
+type Autoria struct {
+	ID   string `json:"id"`
+	Tipo string `json:"tipo"` // usuario | integrador | sistema
+}
+
+// Event is a record of the log (EventoConsultado). Payload is the redacted
+// copy when read from the log, the full one when handed to a live consumer.
+type Event struct {
+	Sequence     int64           `json:"sequence_number,string"`
+	EventID      string          `json:"event_id"`
+	Tipo         string          `json:"tipo"`
+	VersaoSchema string          `json:"versao_schema"`
+	Timestamp    time.Time       `json:"timestamp"`
+	Origem       string          `json:"origem"`
+	CorrelacaoID string          `json:"correlacao_id"`
+	Agregado     string          `json:"agregado,omitempty"`
+	Autoria      *Autoria        `json:"autoria,omitempty"`
+	Solicitacao  string          `json:"solicitacao,omitempty"`
+	Payload      json.RawMessage `json:"payload"`
+	CriadoEm     time.Time       `json:"criado_em"`
+}
+
+// PublishRequest is the publish contract (PublicarEventoDto). Payload stays
+// raw so the service can tell null, arrays and strings from objects.
+type PublishRequest struct {
+	Tipo         string          `json:"tipo"`
+	Payload      json.RawMessage `json:"payload"`
+	Origem       string          `json:"origem"`
+	EventID      string          `json:"event_id,omitempty"`
+	VersaoSchema string          `json:"versao_schema,omitempty"`
+	Timestamp    string          `json:"timestamp,omitempty"`
+	CorrelacaoID string          `json:"correlacao_id,omitempty"`
+	Agregado     string          `json:"agregado,omitempty"`
+	Autoria      *Autoria        `json:"autoria,omitempty"`
+	Solicitacao  string          `json:"solicitacao,omitempty"`
+}
+
+// Appended is one event the store committed, with the full payload kept in
+// memory for live consumers (the log holds only the redacted one).
+type Appended struct {
+	Event       Event
+	FullPayload json.RawMessage
+}
+
+// EventFilter selects log records; zero values mean "no filter".
+type EventFilter struct {
+	Tipo            string
+	Origem          string
+	CorrelacaoID    string
+	Agregado        string
+	TimestampInicio time.Time
+	TimestampFim    time.Time
+	SequenceInicio  int64
+	SequenceFim     int64
+	Limite          int
+	Deslocamento    int
+}
+
+// Page is one page of a query, in the wire shape of the audit routes.
+type Page[T any] struct {
+	Linhas       []T `json:"linhas"`
+	Total        int `json:"total"`
+	Limite       int `json:"limite"`
+	Deslocamento int `json:"deslocamento"`
+}
+
+// EventLog is the part of the store that keeps events.
+type EventLog interface {
+	// Append inserts ev (its Payload already redacted) unless its event_id
+	// exists. It returns the stored record and whether it was new. The store
+	// commits it in a group transaction and calls the commit hook before
+	// answering, so live consumers see events in sequence order.
+	Append(ctx context.Context, ev Event, full json.RawMessage) (Event, bool, error)
+	Event(ctx context.Context, eventID string) (Event, error)
+	Events(ctx context.Context, f EventFilter) ([]Event, int, error)
+	// EventsAfter returns up to limit records with sequence > after, in
+	// order, optionally only of the given types.
+	EventsAfter(ctx context.Context, after int64, tipos []string, limit int) ([]Event, error)
+	MaxSequence(ctx context.Context) (int64, error)
+	CountEvents(ctx context.Context) (int64, error)
+}

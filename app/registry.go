@@ -1,0 +1,347 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"geohub/app/redact"
+)
+
+// Type statuses.
+const (
+	StatusAtivo     = "ativo"
+	StatusDeprecado = "deprecado"
+)
+
+// Audiences: who receives a type's events (SPEC 6.2). These are the only
+// routes a dispatcher knows, so a type naming anything else is refused.
+const (
+	AudienciaOriginador  = "originador"
+	AudienciaTodos       = "todos"
+	AudienciaSolicitante = "solicitante"
+)
+
+// TypeVersion is one registered (tipo, versao).
+type TypeVersion struct {
+	Tipo      string          `json:"tipo"`
+	Versao    string          `json:"versao"`
+	Status    string          `json:"status"`
+	Audiencia string          `json:"audiencia"`
+	Schema    json.RawMessage `json:"schema"`
+	Redacao   redact.Rules    `json:"redacao"`
+	CriadoEm  time.Time       `json:"criado_em"`
+}
+
+// RegistryStore keeps type versions.
+type RegistryStore interface {
+	TypeVersions(ctx context.Context) ([]TypeVersion, error)
+	// InsertTypeVersion stores tv unless (tipo, versao) exists, in which case
+	// it returns the existing row and false.
+	InsertTypeVersion(ctx context.Context, tv TypeVersion) (TypeVersion, bool, error)
+	SetTypeStatus(ctx context.Context, tipo, versao, status string) error
+}
+
+var (
+	tipoPattern   = regexp.MustCompile(`^[a-z][a-z0-9-]*(:[a-z][a-z0-9-]*)+$`)
+	semverPattern = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+)
+
+// compiled is a type version ready for the publish path.
+type compiled struct {
+	TypeVersion
+	schema *jsonschema.Schema
+	rules  *redact.Program
+}
+
+// Registry validates and serves event types. It keeps every version compiled
+// in memory: validation sits on the hot path of every publish.
+type Registry struct {
+	store RegistryStore
+	now   func() time.Time
+
+	mu       sync.RWMutex
+	versions map[string]*compiled // key tipo + "@" + versao
+}
+
+// NewRegistry loads every stored version and compiles it.
+func NewRegistry(ctx context.Context, store RegistryStore, now func() time.Time) (*Registry, error) {
+	r := &Registry{store: store, now: now, versions: map[string]*compiled{}}
+	all, err := store.TypeVersions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load registry: %w", err)
+	}
+	for _, tv := range all {
+		c, err := compile(tv)
+		if err != nil {
+			return nil, fmt.Errorf("compile stored %s@%s: %w", tv.Tipo, tv.Versao, err)
+		}
+		r.versions[tv.Tipo+"@"+tv.Versao] = c
+	}
+	return r, nil
+}
+
+// Register adds a type version. Registering identical content again is a
+// no-op (created=false); different content for a published version is a
+// conflict, because events already published were validated against it.
+func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, bool, error) {
+	if tv.Status == "" {
+		tv.Status = StatusAtivo
+	}
+	c, err := compile(tv)
+	if err != nil {
+		return TypeVersion{}, false, err
+	}
+	c.Schema = canonicalJSON(tv.Schema)
+	c.CriadoEm = r.now().UTC()
+	stored, created, err := r.store.InsertTypeVersion(ctx, c.TypeVersion)
+	if err != nil {
+		return TypeVersion{}, false, err
+	}
+	if !created {
+		if !sameContent(stored, c.TypeVersion) {
+			return stored, false, Errorf(EConflict, "%s@%s já está registrado com outro conteúdo; publique uma nova versão", tv.Tipo, tv.Versao)
+		}
+		return stored, false, nil
+	}
+	r.mu.Lock()
+	r.versions[tv.Tipo+"@"+tv.Versao] = c
+	r.mu.Unlock()
+	return c.TypeVersion, true, nil
+}
+
+// SetStatus moves a version between ativo and deprecado.
+func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (TypeVersion, error) {
+	if status != StatusAtivo && status != StatusDeprecado {
+		return TypeVersion{}, &Error{Code: EInvalid, Message: "status inválido",
+			Details: []Detail{{Caminho: "/status", Mensagem: "deve ser ativo ou deprecado"}}}
+	}
+	r.mu.RLock()
+	c, ok := r.versions[tipo+"@"+versao]
+	r.mu.RUnlock()
+	if !ok {
+		return TypeVersion{}, Errorf(ENotFound, "tipo %s@%s não registrado", tipo, versao)
+	}
+	if err := r.store.SetTypeStatus(ctx, tipo, versao, status); err != nil {
+		return TypeVersion{}, err
+	}
+	next := *c
+	next.Status = status
+	r.mu.Lock()
+	r.versions[tipo+"@"+versao] = &next
+	r.mu.Unlock()
+	return next.TypeVersion, nil
+}
+
+// List returns every version, ordered by tipo then versao.
+func (r *Registry) List() []TypeVersion {
+	r.mu.RLock()
+	out := make([]TypeVersion, 0, len(r.versions))
+	for _, c := range r.versions {
+		out = append(out, c.TypeVersion)
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tipo != out[j].Tipo {
+			return out[i].Tipo < out[j].Tipo
+		}
+		return semverLess(out[i].Versao, out[j].Versao)
+	})
+	return out
+}
+
+// Versions returns the versions of one type, or ENotFound.
+func (r *Registry) Versions(tipo string) ([]TypeVersion, error) {
+	var out []TypeVersion
+	for _, tv := range r.List() {
+		if tv.Tipo == tipo {
+			out = append(out, tv)
+		}
+	}
+	if len(out) == 0 {
+		return nil, Errorf(ENotFound, "tipo %s não registrado", tipo)
+	}
+	return out, nil
+}
+
+// lookup finds the version a publish names, refusing unknown types,
+// versions without schema and deprecated versions.
+func (r *Registry) lookup(tipo, versao string) (*compiled, error) {
+	r.mu.RLock()
+	c, ok := r.versions[tipo+"@"+versao]
+	r.mu.RUnlock()
+	if ok {
+		if c.Status == StatusDeprecado {
+			return nil, &Error{Code: EInvalid, Message: fmt.Sprintf("tipo %s@%s está deprecado", tipo, versao),
+				Details: []Detail{{Caminho: "/versao_schema", Mensagem: "versão deprecada"}}}
+		}
+		return c, nil
+	}
+	if _, err := r.Versions(tipo); err != nil {
+		return nil, &Error{Code: EInvalid, Message: fmt.Sprintf("tipo %s não registrado no registro", tipo),
+			Details: []Detail{{Caminho: "/tipo", Mensagem: "tipo não registrado"}}}
+	}
+	return nil, &Error{Code: EInvalid, Message: fmt.Sprintf("tipo %s não tem schema na versão %s", tipo, versao),
+		Details: []Detail{{Caminho: "/versao_schema", Mensagem: "versão sem schema"}}}
+}
+
+// compile checks a registration and prepares its schema and rules.
+func compile(tv TypeVersion) (*compiled, error) {
+	var details []Detail
+	if !tipoPattern.MatchString(tv.Tipo) {
+		details = append(details, Detail{"/tipo", "deve ter a forma familia:nome, em minúsculas (ex.: ocorrencia:registrada)"})
+	}
+	if !semverPattern.MatchString(tv.Versao) {
+		details = append(details, Detail{"/versao", "deve ser semver MAIOR.MENOR.CORRECAO (ex.: 1.0.0)"})
+	}
+	if tv.Status != StatusAtivo && tv.Status != StatusDeprecado {
+		details = append(details, Detail{"/status", "deve ser ativo ou deprecado"})
+	}
+	switch tv.Audiencia {
+	case AudienciaOriginador, AudienciaTodos, AudienciaSolicitante:
+	case "":
+		details = append(details, Detail{"/audiencia", "obrigatória: originador, todos ou solicitante"})
+	default:
+		details = append(details, Detail{"/audiencia", fmt.Sprintf("%q não é uma rota conhecida: use originador, todos ou solicitante", tv.Audiencia)})
+	}
+	c := &compiled{TypeVersion: tv}
+	if len(bytes.TrimSpace(tv.Schema)) == 0 || bytes.Equal(bytes.TrimSpace(tv.Schema), []byte("null")) {
+		details = append(details, Detail{"/schema", "obrigatório"})
+	} else if s, err := compileSchema(tv.Schema); err != nil {
+		details = append(details, Detail{"/schema", err.Error()})
+	} else {
+		c.schema = s
+	}
+	p, err := redact.Compile(tv.Redacao)
+	if err != nil {
+		var rerrs redact.RuleErrors
+		if errors.As(err, &rerrs) {
+			for _, re := range rerrs {
+				details = append(details, Detail{"/redacao" + re.Path, re.Reason})
+			}
+		} else {
+			details = append(details, Detail{"/redacao", err.Error()})
+		}
+	}
+	c.rules = p
+	if len(details) > 0 {
+		return nil, &Error{Code: EInvalid, Message: "registro de tipo inválido", Details: details}
+	}
+	return c, nil
+}
+
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("JSON inválido: %v", err)
+	}
+	if _, ok := doc.(map[string]any); !ok {
+		if _, isBool := doc.(bool); !isBool {
+			return nil, errors.New("deve ser um objeto JSON Schema")
+		}
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	// Integrators expect "format" (uuid, date-time, email) to be checked, as
+	// most validators do, not only annotated as 2020-12 allows.
+	c.AssertFormat()
+	// Schemas are self-contained: refusing remote $ref keeps registration from
+	// reaching the network and keeps validation deterministic.
+	c.UseLoader(jsonschema.SchemeURLLoader{})
+	const url = "geohub:///schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, errors.New(strings.ReplaceAll(err.Error(), url, ""))
+	}
+	return s, nil
+}
+
+// validatePayload returns one Detail per failing leaf, located by the JSON
+// pointer of the offending value inside the request (under /payload).
+func (c *compiled) validatePayload(doc any) []Detail {
+	err := c.schema.Validate(doc)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []Detail{{"/payload", err.Error()}}
+	}
+	// Leaves are the precise findings; inner nodes only say "validation failed".
+	var out []Detail
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			out = append(out, Detail{"/payload" + pointer(e.InstanceLocation), e.ErrorKind.LocalizedString(schemaPrinter)})
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	if len(out) == 0 {
+		out = append(out, Detail{"/payload", ve.Error()})
+	}
+	return out
+}
+
+var schemaPrinter = message.NewPrinter(language.English)
+
+// pointer renders path tokens as an RFC 6901 JSON pointer.
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	return b.String()
+}
+
+func sameContent(a, b TypeVersion) bool {
+	ra, _ := json.Marshal(a.Redacao)
+	rb, _ := json.Marshal(b.Redacao)
+	return a.Audiencia == b.Audiencia && bytes.Equal(canonicalJSON(a.Schema), canonicalJSON(b.Schema)) && bytes.Equal(ra, rb)
+}
+
+// canonicalJSON re-encodes a document with sorted keys so that two
+// registrations differing only in whitespace or key order compare equal.
+func canonicalJSON(raw json.RawMessage) json.RawMessage {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&v); err != nil {
+		return raw
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+func semverLess(a, b string) bool {
+	var a1, a2, a3, b1, b2, b3 int
+	fmt.Sscanf(a, "%d.%d.%d", &a1, &a2, &a3)
+	fmt.Sscanf(b, "%d.%d.%d", &b1, &b2, &b3)
+	if a1 != b1 {
+		return a1 < b1
+	}
+	if a2 != b2 {
+		return a2 < b2
+	}
+	return a3 < b3
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"geohub/app"
+)
+
+// envOr returns the environment variable's value, or def when unset: every
+// flag reads one, so containers configure geohub without a command line.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("geohub "+name, flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	return fs
+}
+
+func dataFlag(fs *flag.FlagSet) *string {
+	return fs.String("data", envOr("GEOHUB_DATA", "./data"), "data directory: database, master key (env GEOHUB_DATA)")
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func serveCmd(ctx context.Context, args []string) error {
+	fs := newFlags("serve")
+	cfg := Config{}
+	fs.StringVar(&cfg.Data, "data", envOr("GEOHUB_DATA", "./data"), "data directory: database, master key (env GEOHUB_DATA)")
+	fs.StringVar(&cfg.Addr, "addr", envOr("GEOHUB_ADDR", "127.0.0.1:8080"), "listen address (env GEOHUB_ADDR)")
+	fs.BoolVar(&cfg.Demo, "demo", envOr("GEOHUB_DEMO", "") == "1", "load fixtures/ so the console comes alive (env GEOHUB_DEMO=1)")
+	fs.BoolVar(&cfg.InsecureCallbacks, "insecure-callbacks", envOr("GEOHUB_INSECURE_CALLBACKS", "") == "1",
+		"allow http:// and loopback callback URLs: local demos and tests only (env GEOHUB_INSECURE_CALLBACKS=1)")
+	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
+	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	cfg.AdminPassword = os.Getenv("GEOHUB_ADMIN_PASSWORD")
+	m := &Main{Config: cfg, Stdout: os.Stdout}
+	return m.Run(ctx)
+}
+
+func isHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			return true
+		}
+	}
+	return false
+}
+
+func migrateCmd(ctx context.Context, args []string) error {
+	fs := newFlags("migrate")
+	data := dataFlag(fs)
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	db, _, err := openData(ctx, *data)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	fmt.Println("schema up to date:", db.Path)
+	return nil
+}
+
+func tokenCreateCmd(ctx context.Context, args []string) error {
+	fs := newFlags("token create")
+	data := dataFlag(fs)
+	papel := fs.String("papel", envOr("GEOHUB_PAPEL", ""), "role: admin, operador, leitor or produtor (env GEOHUB_PAPEL)")
+	nome := fs.String("nome", envOr("GEOHUB_NOME", ""), "a name to recognise the token by (env GEOHUB_NOME)")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	return createToken(ctx, os.Stdout, *data, app.Papel(*papel), *nome)
+}
+
+// createToken prints the token alone on the last line of out: scripts take
+// it with `tail -n1`. Only its hash is stored.
+func createToken(ctx context.Context, out io.Writer, data string, papel app.Papel, nome string) error {
+	if !app.ValidPapel(papel) {
+		return fmt.Errorf("--papel must be admin, operador, leitor or produtor")
+	}
+	db, _, err := openData(ctx, data)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	auth := &app.Auth{Store: db, Now: time.Now}
+	secret, t, err := auth.CreateToken(ctx, papel, nome)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "token %s (papel %s, nome %q) criado; guarde-o agora, ele não será mostrado de novo:\n", t.ID, t.Papel, t.Nome)
+	fmt.Fprintln(out, secret)
+	return nil
+}
+
+func backupCmd(ctx context.Context, args []string) error {
+	fs := newFlags("backup")
+	data := dataFlag(fs)
+	out := fs.String("out", envOr("GEOHUB_BACKUP_OUT", ""), "file to write the copy to; must not exist (env GEOHUB_BACKUP_OUT)")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("--out is required")
+	}
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("%s exists: backup never overwrites", *out)
+	}
+	db, _, err := openData(ctx, *data)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := db.Backup(ctx, *out); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	fmt.Println("backup written:", *out)
+	return nil
+}

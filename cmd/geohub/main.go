@@ -1,0 +1,58 @@
+// Command geohub is the municipality's event backbone: one binary that keeps
+// the event log, delivers it and serves the console. main only parses the
+// command line; the program is Main, which tests run in-process.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `geohub: the municipality's event backbone.
+
+Commands:
+  geohub serve   [--data DIR] [--addr HOST:PORT] [--demo] [--insecure-callbacks]
+  geohub migrate [--data DIR]
+  geohub token create --papel admin|operador|leitor|produtor [--nome NAME] [--data DIR]
+  geohub backup  --out FILE [--data DIR]
+
+Run "geohub <command> --help" for the flags of each command and the
+environment variable each flag reads.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "geohub:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("missing command")
+	}
+	switch args[0] {
+	case "serve":
+		return serveCmd(ctx, args[1:])
+	case "migrate":
+		return migrateCmd(ctx, args[1:])
+	case "token":
+		if len(args) < 2 || args[1] != "create" {
+			return fmt.Errorf(`usage: geohub token create --papel ROLE [--nome NAME] [--data DIR]`)
+		}
+		return tokenCreateCmd(ctx, args[2:])
+	case "backup":
+		return backupCmd(ctx, args[1:])
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/fixtures"
+	"geohub/store"
+	"geohub/web"
+)
+
+// Config is what `geohub serve` runs with.
+type Config struct {
+	Data              string
+	Addr              string
+	Demo              bool
+	InsecureCallbacks bool
+	LogFormat         string
+	LogLevel          string
+	AdminPassword     string
+}
+
+// Main is the running program. Tests start it in-process with Run and read
+// Addr once Ready is closed.
+type Main struct {
+	Config Config
+	Stdout io.Writer
+
+	// Ready is closed once the server accepts connections; Addr is then the
+	// address it listens on (useful with port 0).
+	Ready chan struct{}
+	Addr  string
+
+	// Subscribe, when set, registers in-process consumers before they start.
+	Subscribe func(*app.Consumers)
+}
+
+const masterKeyFile = "master.key"
+
+// openData creates the data directory and master key on first use, and
+// opens the database with its migrations applied.
+func openData(ctx context.Context, dir string) (*store.DB, []byte, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create data directory: %w", err)
+	}
+	key, err := masterKey(filepath.Join(dir, masterKeyFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := store.Open(ctx, filepath.Join(dir, store.FileName), store.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	return db, key, nil
+}
+
+// masterKey reads the 32-byte master key, creating it (mode 0600) when
+// missing. It encrypts secrets at rest and derives the redaction key, so
+// losing it makes hashed fields unjoinable with new ones.
+func masterKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err == nil {
+		if len(key) != 32 {
+			return nil, fmt.Errorf("master key %s: want 32 bytes, found %d", path, len(key))
+		}
+		return key, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read master key: %w", err)
+	}
+	key = make([]byte, 32)
+	rand.Read(key)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create master key: %w", err)
+	}
+	if _, err := f.Write(key); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write master key: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write master key: %w", err)
+	}
+	return key, f.Close()
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json")
+}
+
+// Run serves until ctx ends, then shuts down in order: stop accepting
+// requests, stop consumers, let the writer finish, checkpoint the WAL.
+func (m *Main) Run(ctx context.Context) error {
+	cfg := m.Config
+	if m.Stdout == nil {
+		m.Stdout = io.Discard
+	}
+	if m.Ready == nil {
+		m.Ready = make(chan struct{})
+	}
+	logger, err := newLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
+	if err != nil {
+		return err
+	}
+	db, key, err := openData(ctx, cfg.Data)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			logger.Error("close database", "err", err)
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := app.NewMetrics(reg)
+
+	registry, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		return err
+	}
+	if cfg.Demo {
+		if err := loadRegistryFixtures(ctx, registry); err != nil {
+			return err
+		}
+	}
+	auth := &app.Auth{Store: db, Now: time.Now}
+	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
+		return fmt.Errorf("create admin operator: %w", err)
+	} else if created {
+		fmt.Fprintf(m.Stdout, "\n  Operador admin criado. Senha (mostrada só agora): %s\n\n", pw)
+	}
+
+	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
+	if m.Subscribe != nil {
+		m.Subscribe(consumers)
+	}
+	db.OnCommit(consumers.Committed)
+	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		stopWorkers()
+		consumers.Wait()
+	}()
+	if err := consumers.Start(runCtx); err != nil {
+		return err
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "geohub_dlq_pending", Help: "Open (pendente or retrying) DLQ entries.",
+	}, func() float64 {
+		st, err := db.DLQStats(context.Background(), 0)
+		if err != nil {
+			return -1
+		}
+		return float64(st.TotalPendentes)
+	}))
+
+	srv := &web.Server{
+		Publisher: &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
+		Registry:  registry,
+		Audit:     &app.Audit{Log: db, Store: db},
+		Consumers: consumers,
+		Auth:      auth,
+		Logger:    logger,
+		Gatherer:  reg,
+		Ready:     db.Ping,
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	m.Addr = ln.Addr().String()
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	if cfg.InsecureCallbacks {
+		logger.Warn(strings.Repeat("!", 20) + " --insecure-callbacks: http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
+	}
+	logger.Info("geohub listening", "addr", m.Addr, "data", cfg.Data, "driver", store.DriverName, "demo", cfg.Demo)
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	close(m.Ready)
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutCtx); err != nil {
+		logger.Warn("http shutdown", "err", err)
+	}
+	return nil
+}
+
+// loadRegistryFixtures registers every committed fixture type; registering
+// identical content again is a no-op, so restarts with --demo are safe.
+func loadRegistryFixtures(ctx context.Context, r *app.Registry) error {
+	entries, err := fs.ReadDir(fixtures.Registry, "registry")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		raw, err := fs.ReadFile(fixtures.Registry, "registry/"+e.Name())
+		if err != nil {
+			return err
+		}
+		var tv app.TypeVersion
+		if err := json.Unmarshal(raw, &tv); err != nil {
+			return fmt.Errorf("fixture %s: %w", e.Name(), err)
+		}
+		if _, _, err := r.Register(ctx, tv); err != nil {
+			return fmt.Errorf("fixture %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+-- Geohub database schema: the single source of truth, embedded into the binary.
+--
+-- Migrations are numbered blocks. Each block starts with a line
+-- "-- migration: N" and is applied once, in order, inside one transaction;
+-- PRAGMA user_version records the last applied N. A published block never
+-- changes: new work goes in a new block at the end.
+
+-- migration: 1
+
+-- The append-only event log. sequence_number is the rowid, so it is the
+-- clustered key: replay is a range scan, and every secondary index ends in it,
+-- which serves "WHERE x = ? ORDER BY sequence_number" without a sort.
+-- Rows are never updated or deleted, so rowids are never reused.
+CREATE TABLE event_log (
+    sequence_number INTEGER PRIMARY KEY,
+    event_id        TEXT    NOT NULL,
+    tipo            TEXT    NOT NULL,
+    versao_schema   TEXT    NOT NULL,
+    timestamp       INTEGER NOT NULL, -- unix milliseconds, UTC
+    origem          TEXT    NOT NULL,
+    correlacao_id   TEXT    NOT NULL,
+    agregado        TEXT,
+    autoria_id      TEXT,
+    autoria_tipo    TEXT,
+    solicitacao     TEXT,
+    payload         TEXT    NOT NULL, -- the redacted payload, compact JSON
+    criado_em       INTEGER NOT NULL  -- unix milliseconds, UTC
+);
+CREATE UNIQUE INDEX event_log_event_id_key     ON event_log (event_id);
+CREATE INDEX event_log_tipo_idx                ON event_log (tipo);
+CREATE INDEX event_log_correlacao_id_idx       ON event_log (correlacao_id);
+CREATE INDEX event_log_agregado_idx            ON event_log (agregado) WHERE agregado IS NOT NULL;
+CREATE INDEX event_log_origem_idx              ON event_log (origem);
+CREATE INDEX event_log_timestamp_idx           ON event_log (timestamp);
+
+-- The registry: one row per (tipo, versao). A published version never changes
+-- its schema, rules or audience; only its status moves.
+CREATE TABLE registry (
+    tipo       TEXT    NOT NULL,
+    versao     TEXT    NOT NULL,
+    status     TEXT    NOT NULL CHECK (status IN ('ativo', 'deprecado')),
+    audiencia  TEXT    NOT NULL CHECK (audiencia IN ('originador', 'todos', 'solicitante')),
+    schema     TEXT    NOT NULL,
+    redacao    TEXT    NOT NULL,
+    criado_em  INTEGER NOT NULL,
+    PRIMARY KEY (tipo, versao)
+) WITHOUT ROWID;
+
+-- In-process consumer failures. tipo is kept beside sequence_number so a
+-- consumer's cursor for one type can be held back by its own failures only.
+CREATE TABLE dead_letter_queue (
+    id               INTEGER PRIMARY KEY,
+    event_id         TEXT    NOT NULL REFERENCES event_log (event_id),
+    sequence_number  INTEGER NOT NULL,
+    tipo             TEXT    NOT NULL,
+    colonia          TEXT    NOT NULL,
+    handler_nome     TEXT    NOT NULL,
+    mensagem_erro    TEXT    NOT NULL,
+    pilha_erro       TEXT    NOT NULL DEFAULT '',
+    tentativas       INTEGER NOT NULL DEFAULT 1,
+    ultima_tentativa INTEGER NOT NULL,
+    status           TEXT    NOT NULL DEFAULT 'pendente'
+                     CHECK (status IN ('pendente', 'retrying', 'resolved', 'failed_permanent')),
+    criado_em        INTEGER NOT NULL,
+    resolvido_em     INTEGER
+);
+CREATE UNIQUE INDEX dead_letter_queue_event_id_colonia_key ON dead_letter_queue (event_id, colonia);
+CREATE INDEX dead_letter_queue_status_colonia_idx ON dead_letter_queue (status, colonia, tipo, sequence_number);
+
+-- Per-consumer, per-type cursors: the last sequence handled without a
+-- pending failure before it.
+CREATE TABLE consumer_cursor (
+    colonia       TEXT    NOT NULL,
+    tipo          TEXT    NOT NULL,
+    last_sequence INTEGER NOT NULL,
+    atualizado_em INTEGER NOT NULL,
+    PRIMARY KEY (colonia, tipo)
+) WITHOUT ROWID;
+
+-- API tokens. Only the SHA-256 of a token is stored: tokens are 256-bit
+-- random values, so a fast hash is enough and lookups stay O(1).
+CREATE TABLE api_token (
+    id         TEXT    PRIMARY KEY,
+    nome       TEXT    NOT NULL,
+    papel      TEXT    NOT NULL CHECK (papel IN ('admin', 'operador', 'leitor', 'produtor')),
+    hash       TEXT    NOT NULL UNIQUE,
+    criado_em  INTEGER NOT NULL,
+    revogado_em INTEGER
+) WITHOUT ROWID;
+
+-- Console operators. Passwords are bcrypt hashes.
+CREATE TABLE operator (
+    id         TEXT    PRIMARY KEY,
+    login      TEXT    NOT NULL UNIQUE,
+    senha_hash TEXT    NOT NULL,
+    papel      TEXT    NOT NULL CHECK (papel IN ('admin', 'operador', 'leitor')),
+    criado_em  INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"geohub/app"
+)
+
+// InsertToken implements app.AuthStore.
+func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES (?, ?, ?, ?, ?)`,
+			t.ID, t.Nome, string(t.Papel), hash, ms(t.CriadoEm))
+		return err
+	})
+}
+
+// TokenByHash implements app.AuthStore.
+func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
+	var t app.Token
+	var criado int64
+	err := db.read.QueryRowContext(ctx, `SELECT id, nome, papel, criado_em FROM api_token
+		WHERE hash = ? AND revogado_em IS NULL`, hash).Scan(&t.ID, &t.Nome, &t.Papel, &criado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, app.ErrNotFound
+	}
+	t.CriadoEm = fromMS(criado)
+	return t, err
+}
+
+// InsertOperator implements app.AuthStore; false when the login exists.
+func (db *DB) InsertOperator(ctx context.Context, o app.Operator, senhaHash string) (bool, error) {
+	var created bool
+	err := db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO operator (id, login, senha_hash, papel, criado_em)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (login) DO NOTHING`, o.ID, o.Login, senhaHash, string(o.Papel), ms(o.CriadoEm))
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		created = n == 1
+		return nil
+	})
+	return created, err
+}
+
+// OperatorByLogin implements app.AuthStore.
+func (db *DB) OperatorByLogin(ctx context.Context, login string) (app.Operator, string, error) {
+	var o app.Operator
+	var hash string
+	var criado int64
+	err := db.read.QueryRowContext(ctx, `SELECT id, login, senha_hash, papel, criado_em FROM operator WHERE login = ?`,
+		login).Scan(&o.ID, &o.Login, &hash, &o.Papel, &criado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, "", app.ErrNotFound
+	}
+	o.CriadoEm = fromMS(criado)
+	return o, hash, err
+}

@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+
+	"geohub/app"
+)
+
+// Cursors implements app.ConsumerStore.
+func (db *DB) Cursors(ctx context.Context, colonia string) (map[string]int64, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT tipo, last_sequence FROM consumer_cursor WHERE colonia = ?`, colonia)
+	if err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tipo string
+		var seq int64
+		if err := rows.Scan(&tipo, &seq); err != nil {
+			return nil, err
+		}
+		out[tipo] = seq
+	}
+	return out, rows.Err()
+}
+
+// SeedCursor implements app.ConsumerStore.
+func (db *DB) SeedCursor(ctx context.Context, colonia, tipo string, seq int64) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
+			VALUES (?, ?, ?, ?) ON CONFLICT (colonia, tipo) DO NOTHING`, colonia, tipo, seq, ms(db.now()))
+		return err
+	})
+}
+
+// AdvanceCursors implements app.ConsumerStore. The clamp to the first open
+// failure is what keeps a cursor from passing a failed event.
+func (db *DB) AdvanceCursors(ctx context.Context, colonia string, seqs map[string]int64) error {
+	tipos := make([]string, 0, len(seqs))
+	for t := range seqs {
+		tipos = append(tipos, t)
+	}
+	sort.Strings(tipos)
+	return db.do(ctx, func(tx *wtx) error {
+		for _, tipo := range tipos {
+			_, err := tx.ExecContext(ctx, `UPDATE consumer_cursor SET
+				last_sequence = max(last_sequence, min(?3, coalesce((SELECT min(sequence_number) - 1
+					FROM dead_letter_queue WHERE status IN ('pendente', 'retrying')
+					AND colonia = ?1 AND tipo = ?2), ?3))),
+				atualizado_em = ?4
+				WHERE colonia = ?1 AND tipo = ?2`, colonia, tipo, seqs[tipo], ms(db.now()))
+			if err != nil {
+				return fmt.Errorf("advance cursor %s: %w", tipo, err)
+			}
+		}
+		return nil
+	})
+}
+
+// RecordFailure implements app.ConsumerStore.
+func (db *DB) RecordFailure(ctx context.Context, e app.DLQEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO dead_letter_queue (event_id, sequence_number, tipo, colonia,
+			handler_nome, mensagem_erro, pilha_erro, tentativas, ultima_tentativa, status, criado_em)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, 'pendente', ?)
+			ON CONFLICT (event_id, colonia) DO UPDATE SET
+				mensagem_erro = excluded.mensagem_erro, pilha_erro = excluded.pilha_erro,
+				tentativas = tentativas + 1, ultima_tentativa = excluded.ultima_tentativa,
+				status = CASE WHEN status = 'failed_permanent' THEN status ELSE 'pendente' END,
+				resolvido_em = CASE WHEN status = 'failed_permanent' THEN resolvido_em END`,
+			e.EventID, e.Sequence, e.Tipo, e.Colonia, e.HandlerNome, e.MensagemErro, e.PilhaErro,
+			ms(e.UltimaTentativa), ms(e.CriadoEm))
+		return err
+	})
+}
+
+// SetDLQStatus implements app.ConsumerStore.
+func (db *DB) SetDLQStatus(ctx context.Context, eventID, colonia, status string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var resolved any
+		if status == app.DLQResolved || status == app.DLQFailedPermanent {
+			resolved = ms(db.now())
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE dead_letter_queue SET status = ?, resolvido_em = ?
+			WHERE event_id = ? AND colonia = ?`, status, resolved, eventID, colonia)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
+const dlqColumns = `id, event_id, sequence_number, tipo, colonia, handler_nome, mensagem_erro, pilha_erro,
+	tentativas, ultima_tentativa, status, criado_em, resolvido_em`
+
+func scanDLQ(rows *sql.Rows) ([]app.DLQEntry, error) {
+	defer rows.Close()
+	out := []app.DLQEntry{}
+	for rows.Next() {
+		var e app.DLQEntry
+		var ultima, criado int64
+		var resolvido sql.NullInt64
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Sequence, &e.Tipo, &e.Colonia, &e.HandlerNome, &e.MensagemErro,
+			&e.PilhaErro, &e.Tentativas, &ultima, &e.Status, &criado, &resolvido); err != nil {
+			return nil, err
+		}
+		e.UltimaTentativa, e.CriadoEm = fromMS(ultima), fromMS(criado)
+		if resolvido.Valid {
+			t := fromMS(resolvido.Int64)
+			e.ResolvidoEm = &t
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// DLQOpen implements app.ConsumerStore: pendente and retrying entries of a
+// colonia, oldest event first.
+func (db *DB) DLQOpen(ctx context.Context, colonia string, limit int) ([]app.DLQEntry, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') AND colonia = ? ORDER BY sequence_number LIMIT ?`, colonia, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read DLQ: %w", err)
+	}
+	return scanDLQ(rows)
+}
+
+// DLQStats implements app.ConsumerStore.
+func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
+	st := app.DLQStats{PendentesPorColonia: map[string]int{}}
+	rows, err := db.read.QueryContext(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') GROUP BY colonia`)
+	if err != nil {
+		return st, fmt.Errorf("DLQ stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var colonia string
+		var n int
+		if err := rows.Scan(&colonia, &n); err != nil {
+			return st, err
+		}
+		st.PendentesPorColonia[colonia] = n
+		st.TotalPendentes += n
+	}
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	entries, err := db.read.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return st, err
+	}
+	st.Entradas, err = scanDLQ(entries)
+	return st, err
+}

@@ -1,0 +1,218 @@
+// Package store is Geohub's SQLite backend: every SQL statement and every
+// transaction of the product lives here, behind the interfaces package app
+// owns. One connection writes, and concurrent writes share its transactions
+// (group commit); a pool of read-only connections serves queries.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"geohub"
+	"geohub/app"
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "geohub.db"
+
+// DB is an open Geohub database.
+type DB struct {
+	Path string
+	now  func() time.Time
+
+	write *sql.DB // exactly one connection, owned by the writer goroutine
+	read  *sql.DB
+
+	ops    chan *op
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	hookMu sync.RWMutex
+	hook   func([]app.Appended)
+	stmts  writeStmts
+}
+
+// Options tune Open.
+type Options struct {
+	Now      func() time.Time // clock; default time.Now
+	MaxBatch int              // most operations in one group commit; default 512
+}
+
+// Open opens (creating if needed) the database at path, applies pending
+// migrations and starts the writer.
+func Open(ctx context.Context, path string, opt Options) (*DB, error) {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.MaxBatch == 0 {
+		opt.MaxBatch = 512
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	// The database holds operators' and integrators' records: owner-only,
+	// and SQLite gives its -wal and -shm files the same mode.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("open database file: %w", err)
+	} else {
+		f.Close()
+	}
+	w, err := sql.Open(DriverName, dsn(path, false))
+	if err != nil {
+		return nil, err
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open(DriverName, dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	n := max(4, runtime.GOMAXPROCS(0)*2)
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	db := &DB{Path: path, now: opt.Now, write: w, read: r,
+		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := db.stmts.prepare(ctx, w); err != nil {
+		db.write.Close()
+		db.read.Close()
+		return nil, err
+	}
+	go db.writer(opt.MaxBatch)
+	return db, nil
+}
+
+// OnCommit sets the function the writer calls, in sequence order, with the
+// events each group commit made durable, before it answers their callers.
+// It must not block.
+func (db *DB) OnCommit(fn func([]app.Appended)) {
+	db.hookMu.Lock()
+	db.hook = fn
+	db.hookMu.Unlock()
+}
+
+// Close stops the writer after the operations already queued, checkpoints the
+// WAL into the main file and closes every connection.
+func (db *DB) Close() error {
+	var err error
+	db.once.Do(func() {
+		close(db.stop)
+		<-db.done
+		db.stmts.close()
+		_, cerr := db.write.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+		err = errors.Join(cerr, db.read.Close(), db.write.Close())
+	})
+	return err
+}
+
+// Ping checks that the database answers a write: /readyz.
+func (db *DB) Ping(ctx context.Context) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, "SELECT 1")
+		return err
+	})
+}
+
+// Pragma reads one pragma on the writer or on a reader connection. Tests use
+// it to prove durability settings hold on every connection.
+func (db *DB) Pragma(ctx context.Context, name string, writer bool) (string, error) {
+	var v string
+	if writer {
+		err := db.do(ctx, func(tx *wtx) error {
+			return tx.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v)
+		})
+		return v, err
+	}
+	err := db.read.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v)
+	return v, err
+}
+
+// Backup writes a consistent copy of the live database to path. VACUUM INTO
+// reads one snapshot, so writers carry on meanwhile.
+func (db *DB) Backup(ctx context.Context, path string) error {
+	conn, err := sql.Open(DriverName, dsn(db.Path, false))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "VACUUM INTO ?", path)
+	return err
+}
+
+// migrate applies the numbered blocks of schema.sql newer than user_version.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var current int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	blocks, err := migrations(geohub.Schema)
+	if err != nil {
+		return err
+	}
+	for _, m := range blocks {
+		if m.version <= current {
+			continue
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	sql     string
+}
+
+// migrations splits schema.sql at its "-- migration: N" lines.
+func migrations(schema string) ([]migration, error) {
+	var out []migration
+	const marker = "-- migration: "
+	for _, line := range strings.SplitAfter(schema, "\n") {
+		if strings.HasPrefix(line, marker) {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, marker)))
+			if err != nil || n != len(out)+1 {
+				return nil, fmt.Errorf("schema.sql: bad migration marker %q", strings.TrimSpace(line))
+			}
+			out = append(out, migration{version: n})
+			continue
+		}
+		if len(out) > 0 {
+			out[len(out)-1].sql += line
+		}
+	}
+	return out, nil
+}
+
+// ms converts between time and the unix milliseconds the schema stores.
+func ms(t time.Time) int64     { return t.UnixMilli() }
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+func nullString(s string) any  { return sql.NullString{String: s, Valid: s != ""} }

@@ -1,0 +1,30 @@
+//go:build !mattn
+
+package store
+
+import (
+	"net/url"
+
+	_ "modernc.org/sqlite" // registers "sqlite": pure Go, static binaries
+)
+
+// DriverName names the SQLite driver this binary was built with.
+const DriverName = "sqlite"
+
+// dsn sets every pragma in the DSN so that each pooled connection gets them.
+// busy_timeout comes first: the pragmas after it may need to wait for a lock.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		// The writer takes its lock at BEGIN, so another process (token
+		// create) waits on busy_timeout instead of failing on upgrade.
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"geohub/app"
+)
+
+// writeStmts are prepared once on the writer's connection: the publish path
+// runs them thousands of times a second.
+type writeStmts struct {
+	insertEvent *sql.Stmt
+	eventByID   *sql.Stmt
+}
+
+const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
+	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
+
+func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
+	var err error
+	if s.insertEvent, err = db.PrepareContext(ctx, `INSERT INTO event_log (event_id, tipo, versao_schema,
+		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (event_id) DO NOTHING RETURNING sequence_number`); err != nil {
+		return fmt.Errorf("prepare insert event: %w", err)
+	}
+	if s.eventByID, err = db.PrepareContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`); err != nil {
+		return fmt.Errorf("prepare event by id: %w", err)
+	}
+	return nil
+}
+
+func (s *writeStmts) close() {
+	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// Append implements app.EventLog.
+func (db *DB) Append(ctx context.Context, ev app.Event, full json.RawMessage) (app.Event, bool, error) {
+	var created bool
+	err := db.do(ctx, func(tx *wtx) error {
+		var err error
+		ev, created, err = tx.appendEvent(ev, full, db.now())
+		return err
+	})
+	return ev, created, err
+}
+
+// appendEvent inserts ev or, when its event_id exists (also earlier in the
+// same group transaction), returns the stored record.
+func (tx *wtx) appendEvent(ev app.Event, full json.RawMessage, now time.Time) (app.Event, bool, error) {
+	var autoriaID, autoriaTipo string
+	if ev.Autoria != nil {
+		autoriaID, autoriaTipo = ev.Autoria.ID, ev.Autoria.Tipo
+	}
+	criado := now.UnixMilli()
+	err := tx.stmt(tx.stmts.insertEvent).QueryRow(ev.EventID, ev.Tipo, ev.VersaoSchema, ms(ev.Timestamp),
+		ev.Origem, ev.CorrelacaoID, nullString(ev.Agregado), nullString(autoriaID), nullString(autoriaTipo),
+		nullString(ev.Solicitacao), string(ev.Payload), criado).Scan(&ev.Sequence)
+	if errors.Is(err, sql.ErrNoRows) {
+		existing, err := scanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(ev.EventID))
+		if err != nil {
+			return app.Event{}, false, fmt.Errorf("read duplicate event: %w", err)
+		}
+		return existing, false, nil
+	}
+	if err != nil {
+		return app.Event{}, false, fmt.Errorf("insert event: %w", err)
+	}
+	ev.CriadoEm = fromMS(criado)
+	ev.Timestamp = fromMS(ms(ev.Timestamp))
+	tx.appended = append(tx.appended, app.Appended{Event: ev, FullPayload: full})
+	return ev, true, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEvent(row scanner) (app.Event, error) {
+	var ev app.Event
+	var ts, criado int64
+	var agregado, autoriaID, autoriaTipo, solicitacao sql.NullString
+	var payload string
+	err := row.Scan(&ev.Sequence, &ev.EventID, &ev.Tipo, &ev.VersaoSchema, &ts, &ev.Origem,
+		&ev.CorrelacaoID, &agregado, &autoriaID, &autoriaTipo, &solicitacao, &payload, &criado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return app.Event{}, app.ErrNotFound
+	}
+	if err != nil {
+		return app.Event{}, err
+	}
+	ev.Timestamp, ev.CriadoEm = fromMS(ts), fromMS(criado)
+	ev.Agregado, ev.Solicitacao = agregado.String, solicitacao.String
+	if autoriaID.Valid {
+		ev.Autoria = &app.Autoria{ID: autoriaID.String, Tipo: autoriaTipo.String}
+	}
+	ev.Payload = json.RawMessage(payload)
+	return ev, nil
+}
+
+// Event implements app.EventLog.
+func (db *DB) Event(ctx context.Context, eventID string) (app.Event, error) {
+	return scanEvent(db.read.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`, eventID))
+}
+
+// Events implements app.EventLog: one page and the total matching count.
+func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.Tipo != "" {
+		add("tipo = ?", f.Tipo)
+	}
+	if f.Origem != "" {
+		add("origem = ?", f.Origem)
+	}
+	if f.CorrelacaoID != "" {
+		add("correlacao_id = ?", f.CorrelacaoID)
+	}
+	if f.Agregado != "" {
+		add("agregado = ?", f.Agregado)
+	}
+	if !f.TimestampInicio.IsZero() {
+		add("timestamp >= ?", ms(f.TimestampInicio))
+	}
+	if !f.TimestampFim.IsZero() {
+		add("timestamp <= ?", ms(f.TimestampFim))
+	}
+	if f.SequenceInicio > 0 {
+		add("sequence_number >= ?", f.SequenceInicio)
+	}
+	if f.SequenceFim > 0 {
+		add("sequence_number <= ?", f.SequenceFim)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	var total int
+	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log"+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count events: %w", err)
+	}
+	rows, err := db.read.QueryContext(ctx, "SELECT "+eventColumns+" FROM event_log"+cond+
+		" ORDER BY sequence_number LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query events: %w", err)
+	}
+	out, err := collectEvents(rows)
+	return out, total, err
+}
+
+// EventsAfter implements app.EventLog: the replay read, a range scan on the
+// primary key (or on the tipo index when filtering by a few types).
+func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit int) ([]app.Event, error) {
+	q := "SELECT " + eventColumns + " FROM event_log WHERE sequence_number > ?"
+	args := []any{after}
+	if len(tipos) > 0 {
+		q += " AND tipo IN (?" + strings.Repeat(", ?", len(tipos)-1) + ")"
+		for _, t := range tipos {
+			args = append(args, t)
+		}
+	}
+	q += " ORDER BY sequence_number LIMIT ?"
+	rows, err := db.read.QueryContext(ctx, q, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("replay events: %w", err)
+	}
+	return collectEvents(rows)
+}
+
+func collectEvents(rows *sql.Rows) ([]app.Event, error) {
+	defer rows.Close()
+	out := []app.Event{}
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}
+
+// MaxSequence implements app.EventLog.
+func (db *DB) MaxSequence(ctx context.Context) (int64, error) {
+	var n sql.NullInt64
+	err := db.read.QueryRowContext(ctx, "SELECT max(sequence_number) FROM event_log").Scan(&n)
+	return n.Int64, err
+}
+
+// CountEvents implements app.EventLog.
+func (db *DB) CountEvents(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log").Scan(&n)
+	return n, err
+}

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"geohub/app"
+)
+
+// op is one unit of work for the writer: it runs inside a savepoint of the
+// group transaction, so its failure undoes only its own changes.
+type op struct {
+	ctx  context.Context
+	fn   func(tx *wtx) error
+	done chan error
+}
+
+// wtx is the writer's transaction as an op sees it: the events it appends are
+// collected for the commit hook.
+type wtx struct {
+	*sql.Tx
+	stmts    *writeStmts
+	appended []app.Appended
+}
+
+func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt { return t.Tx.Stmt(s) }
+
+// do queues fn for the next group commit and waits for its outcome. If ctx
+// ends first, do returns ctx.Err(), but fn may still commit: callers whose
+// writes matter make them idempotent (event_id, unique keys).
+func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
+	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case db.ops <- o:
+	case <-db.stop:
+		return app.Errorf(app.EUnavailable, "banco de dados fechado")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writer is the single writer: it takes whatever operations are waiting
+// (up to maxBatch), runs them in one transaction and commits once, so one
+// fsync serves them all. Each caller gets its own result.
+func (db *DB) writer(maxBatch int) {
+	defer close(db.done)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-db.ops:
+			batch = append(batch, o)
+		case <-db.stop:
+			// Finish what was queued before Close.
+			for {
+				select {
+				case o := <-db.ops:
+					db.commit([]*op{o})
+					continue
+				default:
+				}
+				return
+			}
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-db.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		db.commit(batch)
+	}
+}
+
+func (db *DB) commit(batch []*op) {
+	ctx := context.Background()
+	errs := make([]error, len(batch))
+	fail := func(err error) {
+		for _, o := range batch {
+			o.done <- err
+		}
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", err))
+		return
+	}
+	t := &wtx{Tx: tx, stmts: &db.stmts}
+	live := 0
+	for i, o := range batch {
+		if o.ctx.Err() != nil {
+			errs[i] = o.ctx.Err() // abandoned before it ran: do nothing
+			continue
+		}
+		if len(batch) == 1 {
+			errs[i] = o.fn(t) // alone: the transaction is its savepoint
+			if errs[i] != nil {
+				tx.Rollback()
+				fail(errs[i])
+				return
+			}
+			live++
+			continue
+		}
+		mark := len(t.appended)
+		if _, err := tx.Exec("SAVEPOINT op"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("savepoint: %w", err))
+			return
+		}
+		if err := o.fn(t); err != nil {
+			errs[i] = err
+			t.appended = t.appended[:mark]
+			if _, rerr := tx.Exec("ROLLBACK TO op"); rerr != nil {
+				tx.Rollback()
+				fail(fmt.Errorf("rollback to savepoint: %w", rerr))
+				return
+			}
+		} else {
+			live++
+		}
+		if _, err := tx.Exec("RELEASE op"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("release savepoint: %w", err))
+			return
+		}
+	}
+	if live == 0 {
+		tx.Rollback()
+	} else if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("commit: %w", err))
+		return
+	}
+	if len(t.appended) > 0 {
+		db.hookMu.RLock()
+		hook := db.hook
+		db.hookMu.RUnlock()
+		if hook != nil {
+			hook(t.appended)
+		}
+	}
+	for i, o := range batch {
+		o.done <- errs[i]
+	}
+}

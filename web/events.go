@@ -1,0 +1,175 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"geohub/app"
+)
+
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+	var req app.PublishRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ev, created, err := s.Publisher.Publish(r.Context(), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/api/events/"+ev.EventID)
+	}
+	writeJSON(w, status, ev)
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page, err := s.Audit.Events(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// parseFilter reads the query of GET /api/events, naming every bad parameter.
+func parseFilter(r *http.Request) (app.EventFilter, error) {
+	q := r.URL.Query()
+	f := app.EventFilter{Tipo: q.Get("tipo"), Origem: q.Get("origem"),
+		CorrelacaoID: strings.ToLower(q.Get("correlacao_id")), Agregado: q.Get("agregado")}
+	var bad []app.Detail
+	intParam := func(name string, dst *int64) {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser um inteiro não negativo"})
+			}
+			*dst = n
+		}
+	}
+	timeParam := func(name string, dst *time.Time) {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
+			}
+			*dst = t
+		}
+	}
+	var limite, deslocamento int64
+	intParam("limite", &limite)
+	intParam("deslocamento", &deslocamento)
+	intParam("sequence_inicio", &f.SequenceInicio)
+	intParam("sequence_fim", &f.SequenceFim)
+	timeParam("timestamp_inicio", &f.TimestampInicio)
+	timeParam("timestamp_fim", &f.TimestampFim)
+	if len(bad) > 0 {
+		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
+	}
+	f.Limite, f.Deslocamento = int(min(limite, app.MaxLimite)), int(min(deslocamento, 1<<31))
+	return f, nil
+}
+
+func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
+	ev, err := s.Audit.Event(r.Context(), r.PathValue("eventId"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ev)
+}
+
+func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
+	page, err := s.Audit.Trace(r.Context(), r.PathValue("correlacaoId"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// replay streams NDJSON, one record per line, flushing each batch so a client
+// starts reading before the last batch is loaded.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after int64
+	if v := q.Get("de_sequence"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "de_sequence inválido",
+				Details: []app.Detail{{Caminho: "/de_sequence", Mensagem: "deve ser um inteiro não negativo"}}})
+			return
+		}
+		after = n
+	}
+	var tipos []string
+	for _, t := range strings.Split(q.Get("tipos"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			tipos = append(tipos, t)
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	flusher, _ := w.(http.Flusher)
+	n := 0
+	for ev, err := range s.Audit.Replay(r.Context(), after, tipos) {
+		if err != nil {
+			if n == 0 {
+				s.fail(w, r, err)
+				return
+			}
+			// Headers are gone: end the stream early; the client resumes from
+			// the last sequence it received.
+			s.Logger.Error("replay interrupted", "err", err)
+			return
+		}
+		if err := enc.Encode(ev); err != nil {
+			return
+		}
+		if n++; n%app.ReplayBatch == 0 && flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
+	st, err := s.Audit.DLQ(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) reprocessDLQ(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Colonia string `json:"colonia"`
+	}
+	if err := decodeJSON(r, &body); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if body.Colonia == "" {
+		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "colonia obrigatória",
+			Details: []app.Detail{{Caminho: "/colonia", Mensagem: "obrigatório"}}})
+		return
+	}
+	res, err := s.Consumers.ReprocessDLQ(r.Context(), body.Colonia)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

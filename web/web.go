@@ -1,0 +1,240 @@
+// Package web is Geohub's HTTP edge: the JSON API, health and metrics. It
+// translates requests into calls on package app and app errors into HTTP
+// statuses; it holds no SQL and no business rules.
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"geohub/app"
+)
+
+// MaxBodyBytes caps every request body.
+const MaxBodyBytes = 1 << 20
+
+// Server holds what the handlers call.
+type Server struct {
+	Publisher *app.Publisher
+	Registry  *app.Registry
+	Audit     *app.Audit
+	Consumers *app.Consumers
+	Auth      *app.Auth
+	Logger    *slog.Logger
+	Gatherer  prometheus.Gatherer
+	// Ready reports whether the database is writable and workers run.
+	Ready func(ctx context.Context) error
+}
+
+// Handler returns the routes of SPEC sections 4.4, 5 and 10.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	read := []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
+	operate := []app.Papel{app.PapelAdmin, app.PapelOperador}
+	admin := []app.Papel{app.PapelAdmin}
+	produce := []app.Papel{app.PapelAdmin, app.PapelProdutor}
+	anyRole := []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor}
+
+	mux.Handle("POST /api/events", s.authed(produce, s.publish))
+	mux.Handle("GET /api/events", s.authed(read, s.listEvents))
+	mux.Handle("GET /api/events/{eventId}", s.authed(read, s.getEvent))
+	mux.Handle("GET /api/events/trace/{correlacaoId}", s.authed(read, s.trace))
+	mux.Handle("GET /api/events/replay", s.authed(read, s.replay))
+	mux.Handle("GET /api/events/dlq", s.authed(read, s.dlq))
+	mux.Handle("POST /api/events/dlq/reprocessar", s.authed(operate, s.reprocessDLQ))
+
+	mux.Handle("POST /api/registro", s.authed(admin, s.registerType))
+	mux.Handle("GET /api/registro", s.authed(anyRole, s.listTypes))
+	mux.Handle("GET /api/registro/{tipo}", s.authed(anyRole, s.getType))
+	mux.Handle("PATCH /api/registro/{tipo}/{versao}", s.authed(admin, s.patchType))
+
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, app.Errorf(app.ENotFound, "rota não encontrada"))
+	})
+	return s.logRequests(mux)
+}
+
+type tokenKey struct{}
+
+// authed admits a request whose bearer token has one of roles: 401 without
+// a valid token, 403 with the wrong role.
+func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || secret == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="geohub"`)
+			s.fail(w, r, app.Errorf(app.EUnauthorized, "token ausente: use Authorization: Bearer <token>"))
+			return
+		}
+		t, err := s.Auth.Authenticate(r.Context(), strings.TrimSpace(secret))
+		if err != nil {
+			if app.ErrorCode(err) == app.EUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub", error="invalid_token"`)
+			}
+			s.fail(w, r, err)
+			return
+		}
+		if err := app.Allow(t, roles...); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+	})
+}
+
+// errorBody is the one error shape of the API.
+type errorBody struct {
+	Erro     string       `json:"erro"`
+	Codigo   app.Code     `json:"codigo"`
+	Detalhes []app.Detail `json:"detalhes,omitempty"`
+}
+
+var statusOf = map[app.Code]int{
+	app.EInvalid:      http.StatusUnprocessableEntity,
+	app.EMalformed:    http.StatusBadRequest,
+	app.ENotFound:     http.StatusNotFound,
+	app.EConflict:     http.StatusConflict,
+	app.EUnauthorized: http.StatusUnauthorized,
+	app.EForbidden:    http.StatusForbidden,
+	app.ETooLarge:     http.StatusRequestEntityTooLarge,
+	app.ERateLimited:  http.StatusTooManyRequests,
+	app.EUnavailable:  http.StatusServiceUnavailable,
+	app.EInternal:     http.StatusInternalServerError,
+}
+
+// fail writes err as the API's error shape. Internal errors are logged and
+// answered with a generic message: their text is not for clients.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var e *app.Error
+	if !errors.As(err, &e) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			e = &app.Error{Code: app.EUnavailable, Message: "requisição cancelada ou expirada"}
+		} else {
+			e = &app.Error{Code: app.EInternal, Message: "erro interno"}
+		}
+	}
+	status := statusOf[e.Code]
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	if status >= 500 {
+		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
+	writeJSON(w, status, errorBody{Erro: e.Message, Codigo: e.Code, Detalhes: e.Details})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// decodeJSON reads one JSON value into v, refusing unknown fields, trailing
+// data and bodies over the limit, each with its own precise error.
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			return app.Errorf(app.EMalformed, "JSON malformado: há dados após o objeto")
+		}
+		return nil
+	}
+	var maxErr *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &maxErr):
+		return app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
+	case errors.As(err, &syntaxErr):
+		return &app.Error{Code: app.EMalformed, Message: fmt.Sprintf("JSON malformado na posição %d", syntaxErr.Offset), Err: err}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return app.Errorf(app.EMalformed, "JSON malformado: corpo vazio ou incompleto")
+	case errors.As(err, &typeErr):
+		path := "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
+		return &app.Error{Code: app.EInvalid, Message: "tipo de campo inválido",
+			Details: []app.Detail{{Caminho: path, Mensagem: fmt.Sprintf("deve ser %s", jsonKind(typeErr.Type.Kind().String()))}}}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &app.Error{Code: app.EInvalid, Message: "campo desconhecido",
+			Details: []app.Detail{{Caminho: "/" + field, Mensagem: "campo desconhecido"}}}
+	}
+	return &app.Error{Code: app.EMalformed, Message: "JSON malformado", Err: err}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "struct", "map":
+		return "objeto"
+	case "slice", "array":
+		return "lista"
+	case "bool":
+		return "booleano"
+	}
+	return "número"
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.Ready(ctx); err != nil {
+		s.Logger.Warn("not ready", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "indisponivel"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "pronto"})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// logRequests logs method, path, status and duration: never bodies, never
+// query strings (filters may carry personal data), never credentials.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		s.Logger.LogAttrs(r.Context(), slog.LevelDebug, "http request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", rec.status), slog.Duration("duracao", time.Since(start)))
+	})
+}
