@@ -121,7 +121,9 @@ const liveBuffer = 4096
 
 // Start seeds missing cursors with the log's highest sequence and starts one
 // goroutine per colonia; each replays what it missed before following live
-// commits. It returns once every cursor is seeded.
+// commits. It returns once every consumer has replayed what it missed (the
+// boot protocol of seed 001: replay, then consume live), so events published
+// after Start reach handlers with their full payload.
 func (c *Consumers) Start(ctx context.Context) error {
 	c.mu.Lock()
 	c.started = true
@@ -137,17 +139,27 @@ func (c *Consumers) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var readies []chan struct{}
 	for _, k := range ks {
 		for tipo := range k.handlers {
 			if err := c.Store.SeedCursor(ctx, k.colonia, tipo, max); err != nil {
 				return fmt.Errorf("seed cursor %s/%s: %w", k.colonia, tipo, err)
 			}
 		}
+		ready := make(chan struct{})
+		readies = append(readies, ready)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			k.run(ctx)
+			k.run(ctx, ready)
 		}()
+	}
+	for _, ready := range readies {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
 }
@@ -253,13 +265,15 @@ type consumer struct {
 	overflow  atomic.Bool
 	reprocess chan reprocessReq
 
+	held    *Appended        // first live event met during catch-up
 	pos     int64            // highest sequence seen (handled or skipped)
 	cursors map[string]int64 // per type, as loaded, to skip what is done
 	done    map[string]int64 // per type, handled since the last save
 	open    map[string]bool  // event ids with an open DLQ entry
 }
 
-func (k *consumer) run(ctx context.Context) {
+// run closes ready after its first catch-up.
+func (k *consumer) run(ctx context.Context, ready chan struct{}) {
 	c := k.parent
 	log := c.Logger.With("colonia", k.colonia)
 	for {
@@ -275,6 +289,10 @@ func (k *consumer) run(ctx context.Context) {
 				return
 			}
 		}
+		if ready != nil {
+			close(ready)
+			ready = nil
+		}
 		if !k.follow(ctx) {
 			return
 		}
@@ -282,14 +300,22 @@ func (k *consumer) run(ctx context.Context) {
 }
 
 // catchUp loads cursors and open failures, then replays the log from the
-// lowest cursor until it reaches the head.
+// lowest cursor until it reaches the head or the first event already waiting
+// in the live queue: from there on the live queue carries the full payload.
 func (k *consumer) catchUp(ctx context.Context) error {
 	c := k.parent
+	// Record what the live phase handled, so the reload below does not
+	// replay it.
+	if err := k.save(ctx); err != nil {
+		return err
+	}
+	// Clear the flag before draining: a drop after this sets it again, and
+	// anything dropped before is already in the log read below.
 	k.overflow.Store(false)
-	// Drain what is queued: anything in it is also in the log we read next.
 	for len(k.live) > 0 {
 		<-k.live
 	}
+	k.held = nil
 	cursors, err := c.Store.Cursors(ctx, k.colonia)
 	if err != nil {
 		return err
@@ -313,27 +339,44 @@ func (k *consumer) catchUp(ctx context.Context) error {
 	}
 	sort.Strings(tipos)
 	for {
+		if k.held == nil {
+			select {
+			case a := <-k.live:
+				k.held = &a
+			default:
+			}
+		}
 		batch, err := c.Log.EventsAfter(ctx, k.pos, tipos, replayPage)
 		if err != nil {
 			return err
 		}
+		reachedLive := false
 		for _, ev := range batch {
+			if k.held != nil && ev.Sequence >= k.held.Event.Sequence {
+				reachedLive = true
+				break
+			}
 			k.handle(ctx, ev)
-		}
-		if len(batch) > 0 {
-			k.pos = batch[len(batch)-1].Sequence
+			k.pos = ev.Sequence
 		}
 		if err := k.save(ctx); err != nil {
 			return err
 		}
-		if len(batch) < replayPage {
+		if reachedLive || len(batch) < replayPage {
 			return nil
 		}
 	}
 }
 
-// follow applies live commits until the queue overflowed (false means stop).
+// follow applies live commits until the queue overflows (true: catch up
+// again) or ctx ends (false).
 func (k *consumer) follow(ctx context.Context) bool {
+	if a := k.held; a != nil {
+		k.held = nil
+		if !k.apply(ctx, *a) {
+			return true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -342,25 +385,34 @@ func (k *consumer) follow(ctx context.Context) bool {
 			res, err := k.reprocessDLQ(req.ctx)
 			req.done <- reprocessRes{res, err}
 		case a := <-k.live:
-			if k.overflow.Load() {
+			if !k.apply(ctx, a) {
 				return true
-			}
-			if a.Event.Sequence <= k.pos {
-				continue
-			}
-			ev := a.Event
-			ev.Payload = a.FullPayload
-			k.handle(ctx, ev)
-			k.pos = ev.Sequence
-			// Save once the burst is drained: one write per burst, not per event.
-			if len(k.live) == 0 {
-				if err := k.save(ctx); err != nil {
-					k.parent.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
-					return true
-				}
 			}
 		}
 	}
+}
+
+// apply handles one live event; false means the queue overflowed and the
+// consumer must catch up from the log.
+func (k *consumer) apply(ctx context.Context, a Appended) bool {
+	if k.overflow.Load() {
+		return false
+	}
+	if a.Event.Sequence <= k.pos {
+		return true
+	}
+	ev := a.Event
+	ev.Payload = a.FullPayload
+	k.handle(ctx, ev)
+	k.pos = ev.Sequence
+	// Save once the burst is drained: one write per burst, not per event.
+	if len(k.live) == 0 {
+		if err := k.save(ctx); err != nil {
+			k.parent.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
+			return false
+		}
+	}
+	return true
 }
 
 func (k *consumer) handle(ctx context.Context, ev Event) {

@@ -30,11 +30,17 @@ func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt { return t.Tx.Stmt(s) }
 // ends first, do returns ctx.Err(), but fn may still commit: callers whose
 // writes matter make them idempotent (event_id, unique keys).
 func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
+	closed := app.Errorf(app.EUnavailable, "banco de dados fechado")
+	select {
+	case <-db.stop:
+		return closed
+	default:
+	}
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case db.ops <- o:
 	case <-db.stop:
-		return app.Errorf(app.EUnavailable, "banco de dados fechado")
+		return closed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -43,6 +49,14 @@ func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-db.done:
+		// The writer is gone; it may have answered just before leaving.
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return closed
+		}
 	}
 }
 

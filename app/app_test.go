@@ -1,0 +1,598 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/store"
+)
+
+// bundle is a wired event log on a real SQLite file, as serve wires it.
+type bundle struct {
+	db        *store.DB
+	registry  *app.Registry
+	pub       *app.Publisher
+	consumers *app.Consumers
+	audit     *app.Audit
+	clock     *fakeClock
+	cancel    context.CancelFunc
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// setup opens path (a fresh temp file when empty), registers the test types
+// and lets subscribe register consumers before they start.
+func setup(t *testing.T, path string, subscribe func(*app.Consumers)) *bundle {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), store.FileName)
+	}
+	ctx := context.Background()
+	db, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	reg, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tv := range testTypes {
+		if _, _, err := reg.Register(ctx, tv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cons := &app.Consumers{Log: db, Store: db, Now: clock.Now, Logger: logger, HandlerTimeout: 2 * time.Second}
+	if subscribe != nil {
+		subscribe(cons)
+	}
+	db.OnCommit(cons.Committed)
+	runCtx, cancel := context.WithCancel(ctx)
+	if err := cons.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{db: db, registry: reg, consumers: cons, clock: clock, cancel: cancel,
+		pub:   &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now},
+		audit: &app.Audit{Log: db, Store: db}}
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *bundle) close() {
+	b.cancel()
+	b.consumers.Wait()
+	b.db.Close()
+}
+
+var testTypes = []app.TypeVersion{
+	{Tipo: "teste:a", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+		Schema: json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"},"cpf":{"type":"string"}}}`),
+		Redacao: redact.Rules{Manter: []string{"/n"}, Hash: []string{"/cpf"}}},
+	{Tipo: "teste:b", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+		Schema:  json.RawMessage(`{"type":"object"}`),
+		Redacao: redact.Rules{Manter: []string{""}}},
+}
+
+func (b *bundle) publish(t *testing.T, req app.PublishRequest) app.Event {
+	t.Helper()
+	ev, created, err := b.pub.Publish(context.Background(), req)
+	if err != nil {
+		t.Fatalf("publish %s: %v", req.Tipo, err)
+	}
+	if !created {
+		t.Fatalf("publish %s: not created", req.Tipo)
+	}
+	return ev
+}
+
+func reqA(n int) app.PublishRequest {
+	return app.PublishRequest{Tipo: "teste:a", Origem: "t", Payload: json.RawMessage(fmt.Sprintf(`{"n":%d,"cpf":"12345678901"}`, n))}
+}
+
+func (b *bundle) count(t *testing.T) int64 {
+	t.Helper()
+	n, err := b.db.CountEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or a generous deadline passes: consumers
+// run on their own goroutines, and the test waits on their effect.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// recorder is a handler that remembers what it saw and fails on demand.
+type recorder struct {
+	mu   sync.Mutex
+	seen []app.Event
+	fail func(app.Event) error
+}
+
+func (r *recorder) handle(ctx context.Context, ev app.Event) error {
+	r.mu.Lock()
+	r.seen = append(r.seen, ev)
+	f := r.fail
+	r.mu.Unlock()
+	if f != nil {
+		return f(ev)
+	}
+	return nil
+}
+
+func (r *recorder) events() []app.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]app.Event(nil), r.seen...)
+}
+
+func TestPublish(t *testing.T) {
+	t.Run("T1 a valid event is stored with a sequence and delivered with its full payload", func(t *testing.T) {
+		rec := &recorder{}
+		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "rec", rec.handle) })
+		ev := b.publish(t, reqA(7))
+		if ev.Sequence != 1 {
+			t.Fatalf("sequence %d, want 1", ev.Sequence)
+		}
+		if got := string(ev.Payload); !strings.Contains(got, `"cpf":"hmac-sha256:`) || strings.Contains(got, "12345678901") {
+			t.Fatalf("the returned record must be the redacted one: %s", got)
+		}
+		waitFor(t, "handler", func() bool { return len(rec.events()) == 1 })
+		if got := string(rec.events()[0].Payload); got != `{"n":7,"cpf":"12345678901"}` {
+			t.Fatalf("live consumer got %s, want the full payload", got)
+		}
+	})
+	t.Run("T6 an unregistered type is refused and nothing is inserted", func(t *testing.T) {
+		b := setup(t, "", nil)
+		_, _, err := b.pub.Publish(t.Context(), app.PublishRequest{Tipo: "teste:nao-existe", Origem: "t", Payload: json.RawMessage(`{}`)})
+		assertInvalid(t, err, "/tipo")
+		if b.count(t) != 0 {
+			t.Fatal("an invalid event reached the log")
+		}
+	})
+	for _, payload := range []string{``, `null`, `"texto"`, `[1,2]`, `42`} {
+		t.Run("T7 T8 payload "+payload+" is refused and nothing is inserted", func(t *testing.T) {
+			b := setup(t, "", nil)
+			_, _, err := b.pub.Publish(t.Context(), app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(payload)})
+			assertInvalid(t, err, "/payload")
+			if b.count(t) != 0 {
+				t.Fatal("an invalid event reached the log")
+			}
+		})
+	}
+	t.Run("T9 T19 the same event_id twice stores one row and emits once", func(t *testing.T) {
+		rec := &recorder{}
+		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "rec", rec.handle) })
+		req := reqA(1)
+		req.EventID = "0199bb3e-0000-7000-8000-00000000004a"
+		first := b.publish(t, req)
+		again, created, err := b.pub.Publish(t.Context(), req)
+		if err != nil || created {
+			t.Fatalf("repeat: created=%v err=%v", created, err)
+		}
+		if again.Sequence != first.Sequence || again.EventID != first.EventID {
+			t.Fatalf("repeat returned %+v, want the first record", again)
+		}
+		b.publish(t, reqA(2)) // a later event proves the consumer moved past the repeat
+		waitFor(t, "handler", func() bool { return len(rec.events()) == 2 })
+		if b.count(t) != 2 {
+			t.Fatalf("count %d, want 2", b.count(t))
+		}
+		if got := rec.events(); got[0].EventID != first.EventID || got[1].EventID == first.EventID {
+			t.Fatal("the duplicate was emitted again")
+		}
+	})
+	t.Run("concurrent duplicates insert one row", func(t *testing.T) {
+		b := setup(t, "", nil)
+		req := reqA(1)
+		req.EventID = "0199bb3e-0000-7000-8000-0000000000ff"
+		var created atomic.Int32
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				_, c, err := b.pub.Publish(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+				}
+				if c {
+					created.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if created.Load() != 1 || b.count(t) != 1 {
+			t.Fatalf("created %d times, %d rows; want 1 and 1", created.Load(), b.count(t))
+		}
+	})
+	t.Run("T12 T13 defaults: versao 1.0.0, correlacao_id = event_id, timestamp now", func(t *testing.T) {
+		b := setup(t, "", nil)
+		ev := b.publish(t, reqA(1))
+		if ev.VersaoSchema != "1.0.0" || ev.CorrelacaoID != ev.EventID || ev.Timestamp.IsZero() {
+			t.Fatalf("defaults not applied: %+v", ev)
+		}
+	})
+	t.Run("formats, version and schema are validated before anything is stored", func(t *testing.T) {
+		b := setup(t, "", nil)
+		cases := []struct {
+			name string
+			req  app.PublishRequest
+			path string
+		}{
+			{"bad event_id", app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`), EventID: "abc"}, "/event_id"},
+			{"bad correlacao_id", app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`), CorrelacaoID: "1"}, "/correlacao_id"},
+			{"bad timestamp", app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`), Timestamp: "ontem"}, "/timestamp"},
+			{"version without schema", app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`), VersaoSchema: "9.0.0"}, "/versao_schema"},
+			{"missing origem", app.PublishRequest{Tipo: "teste:b", Payload: json.RawMessage(`{}`)}, "/origem"},
+			{"schema violation", app.PublishRequest{Tipo: "teste:a", Origem: "t", Payload: json.RawMessage(`{"n":"x","cpf":3}`)}, "/payload/n"},
+		}
+		for _, c := range cases {
+			_, _, err := b.pub.Publish(t.Context(), c.req)
+			assertInvalid(t, err, c.path)
+			if b.count(t) != 0 {
+				t.Fatalf("%s: an invalid event reached the log", c.name)
+			}
+		}
+		_, _, err := b.pub.Publish(t.Context(), app.PublishRequest{Tipo: "teste:a", Origem: "t", Payload: json.RawMessage(`{"n":"x","cpf":3}`)})
+		var e *app.Error
+		errors.As(err, &e)
+		if len(e.Details) != 2 {
+			t.Fatalf("want both schema errors, got %+v", e.Details)
+		}
+	})
+	t.Run("a deprecated version is refused", func(t *testing.T) {
+		b := setup(t, "", nil)
+		if _, err := b.registry.SetStatus(t.Context(), "teste:b", "1.0.0", app.StatusDeprecado); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := b.pub.Publish(t.Context(), app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`)})
+		assertInvalid(t, err, "/versao_schema")
+		if b.count(t) != 0 {
+			t.Fatal("an event of a deprecated version reached the log")
+		}
+	})
+}
+
+func assertInvalid(t *testing.T, err error, path string) {
+	t.Helper()
+	var e *app.Error
+	if !errors.As(err, &e) || e.Code != app.EInvalid {
+		t.Fatalf("want a validation error at %s, got %v", path, err)
+	}
+	for _, d := range e.Details {
+		if d.Caminho == path {
+			return
+		}
+	}
+	t.Fatalf("no detail at %s in %+v", path, e.Details)
+}
+
+func TestQueries(t *testing.T) {
+	b := setup(t, "", nil)
+	for i := range 12 {
+		req := reqA(i)
+		if i%3 == 0 {
+			req = app.PublishRequest{Tipo: "teste:b", Origem: "outra", Payload: json.RawMessage(`{"k":1}`)}
+		}
+		b.publish(t, req)
+	}
+	t.Run("T3 a type filter returns only that type, paginated", func(t *testing.T) {
+		page, err := b.audit.Events(t.Context(), app.EventFilter{Tipo: "teste:b", Limite: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if page.Total != 4 || len(page.Linhas) != 2 || page.Linhas[0].Tipo != "teste:b" {
+			t.Fatalf("got total %d, %d rows", page.Total, len(page.Linhas))
+		}
+		next, _ := b.audit.Events(t.Context(), app.EventFilter{Tipo: "teste:b", Limite: 2, Deslocamento: 2})
+		if next.Linhas[0].Sequence <= page.Linhas[1].Sequence {
+			t.Fatal("second page does not follow the first")
+		}
+	})
+	t.Run("T14 limite is capped at 500", func(t *testing.T) {
+		page, _ := b.audit.Events(t.Context(), app.EventFilter{Limite: 10000})
+		if page.Limite != 500 {
+			t.Fatalf("limite %d, want 500", page.Limite)
+		}
+	})
+	t.Run("T4 T16 replay returns sequence > N in order, filtered by type", func(t *testing.T) {
+		var got []int64
+		for ev, err := range b.audit.Replay(t.Context(), 3, []string{"teste:a"}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Tipo != "teste:a" {
+				t.Fatalf("replay returned %s", ev.Tipo)
+			}
+			got = append(got, ev.Sequence)
+		}
+		want := []int64{5, 6, 8, 9, 11, 12}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("replay %v, want %v", got, want)
+		}
+	})
+	t.Run("T15 replay past the head is empty", func(t *testing.T) {
+		for range b.audit.Replay(t.Context(), 12, nil) {
+			t.Fatal("replay past the head returned an event")
+		}
+	})
+	t.Run("T5 an event by id, or not found", func(t *testing.T) {
+		first, _ := b.audit.Events(t.Context(), app.EventFilter{Limite: 1})
+		ev, err := b.audit.Event(t.Context(), first.Linhas[0].EventID)
+		if err != nil || ev.Sequence != 1 {
+			t.Fatalf("got %+v, %v", ev, err)
+		}
+		if _, err := b.audit.Event(t.Context(), "0199bb3e-0000-7000-8000-000000000000"); app.ErrorCode(err) != app.ENotFound {
+			t.Fatalf("want not found, got %v", err)
+		}
+	})
+}
+
+func TestConsumers(t *testing.T) {
+	t.Run("T2 T10 T11 T17 a failing handler is recorded in the DLQ and others still run", func(t *testing.T) {
+		bad := &recorder{fail: func(app.Event) error { return errors.New("boom") }}
+		good := &recorder{}
+		panicky := &recorder{fail: func(app.Event) error { panic("kaboom") }}
+		b := setup(t, "", func(c *app.Consumers) {
+			c.Subscribe("teste:a", "ruim", "ruimHandler", bad.handle)
+			c.Subscribe("teste:a", "boa", "boaHandler", good.handle)
+			c.Subscribe("teste:a", "panico", "panicoHandler", panicky.handle)
+		})
+		ev := b.publish(t, reqA(1))
+		waitFor(t, "two DLQ entries", func() bool {
+			st, _ := b.audit.DLQ(t.Context())
+			return st.TotalPendentes == 2
+		})
+		waitFor(t, "good handler", func() bool { return len(good.events()) == 1 })
+		st, _ := b.audit.DLQ(t.Context())
+		if st.PendentesPorColonia["ruim"] != 1 || st.PendentesPorColonia["panico"] != 1 {
+			t.Fatalf("per colonia %v", st.PendentesPorColonia)
+		}
+		for _, e := range st.Entradas {
+			if e.EventID != ev.EventID || e.Sequence != ev.Sequence || e.Status != app.DLQPendente || e.Tentativas != 1 {
+				t.Fatalf("entry %+v", e)
+			}
+			switch e.Colonia {
+			case "ruim":
+				if e.HandlerNome != "ruimHandler" || e.MensagemErro != "boom" {
+					t.Fatalf("entry %+v", e)
+				}
+			case "panico":
+				if !strings.Contains(e.MensagemErro, "kaboom") || !strings.Contains(e.PilhaErro, "goroutine") {
+					t.Fatalf("a panic must be recorded with its stack: %+v", e)
+				}
+			}
+		}
+		page, _ := b.audit.Events(t.Context(), app.EventFilter{})
+		if page.Total != 1 {
+			t.Fatal("the event must stay in the log")
+		}
+	})
+	t.Run("a handler that never returns times out into the DLQ", func(t *testing.T) {
+		stuck := &recorder{fail: func(app.Event) error { select {} }}
+		b := setup(t, "", func(c *app.Consumers) {
+			c.HandlerTimeout = 50 * time.Millisecond
+			c.Subscribe("teste:a", "lenta", "h", stuck.handle)
+		})
+		b.publish(t, reqA(1))
+		waitFor(t, "timeout entry", func() bool {
+			st, _ := b.audit.DLQ(t.Context())
+			return st.TotalPendentes == 1 && strings.Contains(st.Entradas[0].MensagemErro, "timed out")
+		})
+	})
+	t.Run("T18 failure, DLQ, reprocess, resolved; at most once a minute", func(t *testing.T) {
+		var failing atomic.Bool
+		failing.Store(true)
+		rec := &recorder{fail: func(app.Event) error {
+			if failing.Load() {
+				return errors.New("down")
+			}
+			return nil
+		}}
+		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "h", rec.handle) })
+		ev := b.publish(t, reqA(1))
+		waitFor(t, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
+		failing.Store(false)
+		res, err := b.consumers.ReprocessDLQ(t.Context(), "col")
+		if err != nil || res.Reprocessados != 1 || res.Resolvidos != 1 {
+			t.Fatalf("reprocess %+v %v", res, err)
+		}
+		st, _ := b.audit.DLQ(t.Context())
+		if st.TotalPendentes != 0 {
+			t.Fatalf("still pending: %+v", st)
+		}
+		// Replay and reprocess deliver the redacted payload from the log.
+		last := rec.events()[len(rec.events())-1]
+		if last.EventID != ev.EventID || strings.Contains(string(last.Payload), "12345678901") {
+			t.Fatalf("reprocess delivered %s", last.Payload)
+		}
+		_, err = b.consumers.ReprocessDLQ(t.Context(), "col")
+		var e *app.Error
+		if !errors.As(err, &e) || e.Code != app.ERateLimited || e.RetryAfter <= 0 {
+			t.Fatalf("second reprocess within a minute: %v", err)
+		}
+		b.clock.Add(app.ReprocessInterval)
+		if _, err := b.consumers.ReprocessDLQ(t.Context(), "col"); err != nil {
+			t.Fatalf("reprocess after a minute: %v", err)
+		}
+		cur, _ := b.db.Cursors(t.Context(), "col")
+		if cur["teste:a"] != ev.Sequence {
+			t.Fatalf("cursor %d after resolution, want %d", cur["teste:a"], ev.Sequence)
+		}
+	})
+	t.Run("T20 a restart replays the failed type from its failure; the other type's cursor is untouched", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), store.FileName)
+		var failA atomic.Bool
+		failA.Store(true)
+		recA := &recorder{fail: func(app.Event) error {
+			if failA.Load() {
+				return errors.New("A down")
+			}
+			return nil
+		}}
+		recB := &recorder{}
+		sub := func(c *app.Consumers) {
+			c.Subscribe("teste:a", "col", "hA", recA.handle)
+			c.Subscribe("teste:b", "col", "hB", recB.handle)
+		}
+		b := setup(t, path, sub)
+		evA := b.publish(t, reqA(1))
+		evB := b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`)})
+		waitFor(t, "B handled and A failed", func() bool {
+			st, _ := b.audit.DLQ(t.Context())
+			cur, _ := b.db.Cursors(t.Context(), "col")
+			return len(recB.events()) == 1 && st.TotalPendentes == 1 && cur["teste:b"] == evB.Sequence
+		})
+		cur, _ := b.db.Cursors(t.Context(), "col")
+		if cur["teste:a"] >= evA.Sequence {
+			t.Fatalf("cursor A advanced past its failure: %d", cur["teste:a"])
+		}
+		b.close()
+
+		failA.Store(false)
+		recA2, recB2 := &recorder{}, &recorder{}
+		b2 := setup(t, path, func(c *app.Consumers) {
+			c.Subscribe("teste:a", "col", "hA", recA2.handle)
+			c.Subscribe("teste:b", "col", "hB", recB2.handle)
+		})
+		waitFor(t, "replay of A", func() bool { return len(recA2.events()) == 1 })
+		if recA2.events()[0].EventID != evA.EventID {
+			t.Fatal("replay delivered the wrong event")
+		}
+		waitFor(t, "DLQ resolved", func() bool { st, _ := b2.audit.DLQ(t.Context()); return st.TotalPendentes == 0 })
+		if n := len(recB2.events()); n != 0 {
+			t.Fatalf("B was replayed %d events although its cursor was current", n)
+		}
+	})
+	t.Run("a new consumer starts at the head, not at 0", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), store.FileName)
+		b := setup(t, path, nil)
+		b.publish(t, reqA(1))
+		b.publish(t, reqA(2))
+		b.close()
+		rec := &recorder{}
+		b2 := setup(t, path, func(c *app.Consumers) { c.Subscribe("teste:a", "nova", "h", rec.handle) })
+		cur, _ := b2.db.Cursors(t.Context(), "nova")
+		if cur["teste:a"] != 2 {
+			t.Fatalf("seeded cursor %d, want 2", cur["teste:a"])
+		}
+		b2.publish(t, reqA(3))
+		waitFor(t, "live event", func() bool { return len(rec.events()) == 1 })
+		if rec.events()[0].Sequence != 3 {
+			t.Fatal("a new consumer replayed history")
+		}
+	})
+	t.Run("a consumer that falls behind catches up from the log without loss or repeats", func(t *testing.T) {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var seqs []int64
+		slow := func(ctx context.Context, ev app.Event) error {
+			<-release
+			mu.Lock()
+			seqs = append(seqs, ev.Sequence)
+			mu.Unlock()
+			return nil
+		}
+		b := setup(t, "", func(c *app.Consumers) {
+			c.HandlerTimeout = time.Hour // blocked on purpose, not timed out
+			c.Subscribe("teste:b", "lenta", "h", slow)
+		})
+		const n = 5000 // more than the live buffer holds
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := w; i < n; i += 8 {
+					b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`)})
+				}
+			})
+		}
+		wg.Wait()
+		close(release)
+		waitFor(t, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seqs) != n {
+			dup := map[int64]int{}
+			for i, s := range seqs {
+				if dup[s] > 0 {
+					t.Logf("seq %d repeated at index %d (first at %d)", s, i, dup[s]-1)
+				}
+				dup[s] = i + 1
+			}
+			t.Fatalf("handled %d events, want %d", len(seqs), n)
+		}
+		for i, s := range seqs {
+			if s != int64(i+1) {
+				t.Fatalf("event %d has sequence %d: lost, repeated or out of order", i, s)
+			}
+		}
+	})
+}
+
+func TestRegistry(t *testing.T) {
+	b := setup(t, "", nil)
+	ctx := t.Context()
+	tv := testTypes[0]
+	if _, created, err := b.registry.Register(ctx, tv); err != nil || created {
+		t.Fatalf("identical registration: created=%v err=%v", created, err)
+	}
+	changed := tv
+	changed.Schema = json.RawMessage(`{"type":"object"}`)
+	if _, _, err := b.registry.Register(ctx, changed); app.ErrorCode(err) != app.EConflict {
+		t.Fatalf("changed content: want conflict, got %v", err)
+	}
+	broken := []struct {
+		tv   app.TypeVersion
+		path string
+	}{
+		{app.TypeVersion{Tipo: "Sem Dois Pontos", Versao: "1.0.0", Audiencia: "todos", Schema: json.RawMessage(`{}`)}, "/tipo"},
+		{app.TypeVersion{Tipo: "x:y", Versao: "1.0", Audiencia: "todos", Schema: json.RawMessage(`{}`)}, "/versao"},
+		{app.TypeVersion{Tipo: "x:y", Versao: "1.0.0", Audiencia: "prefeitura", Schema: json.RawMessage(`{}`)}, "/audiencia"},
+		{app.TypeVersion{Tipo: "x:y", Versao: "1.0.0", Audiencia: "todos", Schema: json.RawMessage(`{"type":"objeto"}`)}, "/schema"},
+		{app.TypeVersion{Tipo: "x:y", Versao: "1.0.0", Audiencia: "todos", Schema: json.RawMessage(`{}`),
+			Redacao: redact.Rules{Hash: []string{"cpf"}}}, "/redacao/hash/0"},
+	}
+	for _, c := range broken {
+		_, _, err := b.registry.Register(ctx, c.tv)
+		assertInvalid(t, err, c.path)
+	}
+	if len(b.registry.List()) != len(testTypes) {
+		t.Fatal("a refused registration was stored")
+	}
+}

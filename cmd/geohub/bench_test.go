@@ -1,0 +1,471 @@
+package main
+
+// BenchmarkPublish is the benchmark of issue 2. One run prints every figure:
+//
+//	go test -run '^$' -bench Publish -benchtime 3s ./cmd/geohub
+//
+// Sub-benchmarks (b.N is the total number of operations, spread over the
+// goroutines; rates come from the wall time of the timed section):
+//
+//	raw-batched-insert  database/sql INSERTs into event_log, 64 rows per transaction
+//	inprocess-1         app.Publisher on a real store, 1 publisher (p50/p99 latency)
+//	inprocess-64        the same with 64 concurrent publishers (group commit)
+//	raw-http-post       64 clients POSTing a publish-sized body to a bare 204 handler
+//	http-publish-64     64 clients POSTing /api/events to the real server (Main)
+//
+// After them a summary gives each ratio against the issue's targets. It only
+// reports: nothing here asserts on timing.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/fixtures"
+	"geohub/store"
+)
+
+// benchConcurrency is the number of concurrent publishers and HTTP clients.
+// It is also the raw insert's batch size: with 64 publishers at most 64
+// operations wait for the writer, so no group commit can hold more.
+const benchConcurrency = 64
+
+const benchTipo = "jornada:iniciada"
+
+// benchCPU is the CPU time (user + system) the whole process has used. Per
+// operation it is steadier than wall time when other work shares the
+// machine, and for the HTTP figures it includes the clients.
+func benchCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchResult is the last (largest b.N) run of one sub-benchmark.
+type benchResult struct {
+	n        int
+	rate     float64 // operations per second
+	p50, p99 float64 // milliseconds; 0 when not measured
+	cpuUS    float64 // process CPU microseconds per operation
+}
+
+func BenchmarkPublish(b *testing.B) {
+	results := map[string]benchResult{}
+	run := func(name string, fn func(b *testing.B) benchResult) {
+		b.Run(name, func(b *testing.B) { results[name] = fn(b) })
+	}
+	run("raw-batched-insert", benchRawBatchedInsert)
+	run("inprocess-1", func(b *testing.B) benchResult { return benchInProcess(b, 1) })
+	run("inprocess-64", func(b *testing.B) benchResult { return benchInProcess(b, benchConcurrency) })
+	run("raw-http-post", benchRawHTTPPost)
+	run("http-publish-64", benchHTTPPublish)
+	benchSummary(os.Stdout, results)
+}
+
+func benchSummary(w io.Writer, r map[string]benchResult) {
+	fmt.Fprintf(w, "\nsummary (driver %s, WAL, synchronous=FULL; publish payload %d B, HTTP body %d B; "+
+		"raw insert: %d rows per transaction = the publisher concurrency, the largest batch group commit can form):\n",
+		store.DriverName, len(benchPayload(0)), len(benchBody(0)), benchConcurrency)
+	for _, name := range []string{"raw-batched-insert", "inprocess-1", "inprocess-64", "raw-http-post", "http-publish-64"} {
+		if res, ok := r[name]; ok {
+			fmt.Fprintf(w, "  %-19s %8.0f ops/s  %6.0f cpu-us/op  (N=%d)", name, res.rate, res.cpuUS, res.n)
+			if res.p99 > 0 {
+				fmt.Fprintf(w, "  p50 %.2f ms  p99 %.2f ms", res.p50, res.p99)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	ratio := func(num, den string, target float64) {
+		a, okA := r[num]
+		d, okD := r[den]
+		if !okA || !okD || d.rate == 0 {
+			return
+		}
+		q := a.rate / d.rate
+		verdict := "MET"
+		if q < target {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "  %s / %s = %.2f (target >= %.2f) %s\n", num, den, q, target, verdict)
+	}
+	ratio("inprocess-64", "raw-batched-insert", 0.60)
+	ratio("http-publish-64", "raw-http-post", 0.50)
+	if one, ok := r["inprocess-1"]; ok {
+		verdict := "MET"
+		if one.p99 >= 5 {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "  inprocess-1 p99 = %.2f ms (target < 5 ms) %s\n", one.p99, verdict)
+	}
+	fmt.Fprintln(w)
+}
+
+// benchPayload is a realistic jornada:iniciada payload (~300 bytes), distinct
+// per i. Redaction keeps jornadaId, inicio and unidade, hashes the CPF,
+// rounds the location and drops the rest (the name): the stored payload is
+// ~300 bytes too.
+func benchPayload(i int) []byte {
+	return fmt.Appendf(nil, `{"jornadaId":"%s","inicio":"2026-05-04T08:%02d:%02d-03:00",`+
+		`"servidor":{"nome":"Ana Maria da Silva Albuquerque","cpf":"%011d"},`+
+		`"unidade":"Secretaria Municipal de Infraestrutura Urbana - Regional Centro-Sul",`+
+		`"local":{"lat":-23.550520,"lng":-46.633308,"precisao":12.5}}`,
+		benchJornadaID(i), i/60%60, i%60, 10000000000+i)
+}
+
+// benchJornadaID is a deterministic, valid UUID for operation i.
+func benchJornadaID(i int) string {
+	return fmt.Sprintf("00000000-0000-4000-8000-%012x", i)
+}
+
+func benchRequest(i int) app.PublishRequest {
+	return app.PublishRequest{Tipo: benchTipo, Origem: "app-jornada", Agregado: benchJornadaID(i),
+		Payload: benchPayload(i)}
+}
+
+// benchBody is the JSON body of POST /api/events for operation i.
+func benchBody(i int) []byte {
+	body, err := json.Marshal(benchRequest(i))
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+// benchDSN replicates store's unexported dsn for the writer connection.
+func benchDSN(path string) string {
+	q := url.Values{}
+	switch store.DriverName {
+	case "sqlite3": // mattn
+		q.Set("_busy_timeout", "10000")
+		q.Set("_journal_mode", "WAL")
+		q.Set("_synchronous", "FULL")
+		q.Set("_foreign_keys", "1")
+		q.Set("_txlock", "immediate")
+	default: // modernc
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + path + "?" + q.Encode()
+}
+
+// benchRegister registers the jornada:iniciada fixture.
+func benchRegister(b *testing.B, ctx context.Context, reg *app.Registry) {
+	raw, err := fs.ReadFile(fixtures.Registry, "registry/jornada-iniciada.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tv app.TypeVersion
+	if err := json.Unmarshal(raw, &tv); err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := reg.Register(ctx, tv); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchCaptureLog is an app.EventLog that only records what Publish would
+// store, so the raw insert can use the very payload a publish writes.
+type benchCaptureLog struct {
+	app.EventLog
+	last app.Event
+}
+
+func (l *benchCaptureLog) Append(_ context.Context, ev app.Event, _ json.RawMessage) (app.Event, bool, error) {
+	l.last = ev
+	return ev, true, nil
+}
+
+// benchStoredPayload returns the redacted payload a real publish of
+// benchPayload(0) stores, with its jornadaId at a known place.
+func benchStoredPayload(b *testing.B, ctx context.Context, db *store.DB) string {
+	reg, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRegister(b, ctx, reg)
+	capture := &benchCaptureLog{}
+	p := &app.Publisher{Log: capture, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now}
+	if _, _, err := p.Publish(ctx, benchRequest(0)); err != nil {
+		b.Fatal(err)
+	}
+	return string(capture.last.Payload)
+}
+
+func benchRawBatchedInsert(b *testing.B) benchResult {
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), store.FileName)
+	// store.Open applies the schema: same table, same indexes.
+	sdb, err := store.Open(ctx, path, store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stored := benchStoredPayload(b, ctx, sdb)
+	if err := sdb.Close(); err != nil {
+		b.Fatal(err)
+	}
+	db, err := sql.Open(store.DriverName, benchDSN(path))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	var syncMode, journal string
+	if err := db.QueryRow("PRAGMA synchronous").Scan(&syncMode); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&journal); err != nil {
+		b.Fatal(err)
+	}
+	if syncMode != "2" || journal != "wal" {
+		b.Fatalf("raw connection has synchronous=%s journal_mode=%s, want 2 (FULL) and wal", syncMode, journal)
+	}
+	ins, err := db.Prepare(`INSERT INTO event_log (event_id, tipo, versao_schema, timestamp, origem,
+		correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ins.Close()
+	jid0 := benchJornadaID(0)
+
+	b.ResetTimer()
+	cpu0, start := benchCPU(), time.Now()
+	for done := 0; done < b.N; {
+		tx, err := db.Begin()
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := tx.Stmt(ins)
+		for k := 0; k < benchConcurrency && done < b.N; k, done = k+1, done+1 {
+			// Like a publish: a fresh UUIDv7 (also the correlation id), the
+			// row's own aggregate, a ~300 B redacted payload.
+			id := uuid.Must(uuid.NewV7()).String()
+			jid := benchJornadaID(done)
+			now := time.Now().UnixMilli()
+			if _, err := st.Exec(id, benchTipo, app.DefaultVersao, now, "app-jornada", id, jid,
+				nil, nil, nil, strings.Replace(stored, jid0, jid, 1), now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed, cpu := time.Since(start), benchCPU()-cpu0
+	b.StopTimer()
+	r := benchResult{n: b.N, rate: float64(b.N) / elapsed.Seconds(), cpuUS: benchPerOpUS(cpu, b.N)}
+	b.ReportMetric(r.rate, "rows/s")
+	b.ReportMetric(r.cpuUS, "cpu-us/op")
+	b.ReportMetric(float64(len(stored)), "payload-B")
+	return r
+}
+
+func benchPerOpUS(cpu time.Duration, n int) float64 {
+	return float64(cpu) / float64(time.Microsecond) / float64(n)
+}
+
+// benchRun spreads n operations over workers goroutines, times each one and
+// returns the wall time, the process CPU time and the per-operation
+// latencies. op's error stops the run and fails the benchmark.
+func benchRun(b *testing.B, n, workers int, op func(worker, i int) error) (time.Duration, time.Duration, []time.Duration) {
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var failed atomic.Bool
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu0, start := benchCPU(), time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := op(w, i); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					failed.Store(true)
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed, cpu := time.Since(start), benchCPU()-cpu0
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	return elapsed, cpu, lat
+}
+
+// benchReport reports the rate, CPU per operation and latency percentiles of
+// a benchRun.
+func benchReport(b *testing.B, unit string, elapsed, cpu time.Duration, lat []time.Duration) benchResult {
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
+	}
+	r := benchResult{n: len(lat), rate: float64(len(lat)) / elapsed.Seconds(), p50: pct(0.50), p99: pct(0.99),
+		cpuUS: benchPerOpUS(cpu, len(lat))}
+	b.ReportMetric(r.rate, unit)
+	b.ReportMetric(r.cpuUS, "cpu-us/op")
+	b.ReportMetric(r.p50, "p50-ms")
+	b.ReportMetric(r.p99, "p99-ms")
+	return r
+}
+
+func benchInProcess(b *testing.B, workers int) benchResult {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(b.TempDir(), store.FileName), store.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	reg, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRegister(b, ctx, reg)
+	// Counts group commits; the server installs consumers.Committed here,
+	// which with no consumer is as cheap.
+	var commits, events atomic.Int64
+	db.OnCommit(func(batch []app.Appended) {
+		commits.Add(1)
+		events.Add(int64(len(batch)))
+	})
+	p := &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)),
+		Now: time.Now, Metrics: app.NewMetrics(prometheus.NewRegistry())}
+
+	elapsed, cpu, lat := benchRun(b, b.N, workers, func(_, i int) error {
+		_, created, err := p.Publish(ctx, benchRequest(i))
+		if err == nil && !created {
+			err = fmt.Errorf("publish %d: not created", i)
+		}
+		return err
+	})
+	r := benchReport(b, "events/s", elapsed, cpu, lat)
+	if c := commits.Load(); c > 0 {
+		b.ReportMetric(float64(events.Load())/float64(c), "events/commit")
+	}
+	return r
+}
+
+// benchClient is one http.Client for all the benchmark's client goroutines.
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        benchConcurrency,
+		MaxIdleConnsPerHost: benchConcurrency,
+		IdleConnTimeout:     time.Minute,
+	}}
+}
+
+// benchPost POSTs body and drains the answer so the connection is reused.
+func benchPost(c *http.Client, u, token string, body []byte, want int) error {
+	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("POST %s: status %d, want %d", u, resp.StatusCode, want)
+	}
+	return err
+}
+
+// benchFakeToken has the size of a real token (gh_ + 43 base64url characters).
+const benchFakeToken = "gh_0123456789abcdefghijklmnopqrstuvwxyzABCDEFG"
+
+func benchRawHTTPPost(b *testing.B) benchResult {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	client := benchClient()
+	defer client.CloseIdleConnections()
+	u := "http://" + ln.Addr().String() + "/api/events"
+
+	elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(_, i int) error {
+		return benchPost(client, u, benchFakeToken, benchBody(i), http.StatusNoContent)
+	})
+	return benchReport(b, "req/s", elapsed, cpu, lat)
+}
+
+func benchHTTPPublish(b *testing.B) benchResult {
+	dir := b.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", Demo: true, LogLevel: "error"},
+		Stdout: io.Discard, Ready: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() { errc <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			b.Error(err)
+		}
+	}()
+	select {
+	case <-m.Ready:
+	case err := <-errc:
+		errc <- err
+		b.Fatalf("server did not start: %v", err)
+	}
+	var out bytes.Buffer
+	if err := createToken(ctx, &out, dir, app.PapelProdutor, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	token := strings.TrimSpace(lines[len(lines)-1])
+	client := benchClient()
+	defer client.CloseIdleConnections()
+	u := "http://" + m.Addr + "/api/events"
+
+	elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(_, i int) error {
+		return benchPost(client, u, token, benchBody(i), http.StatusCreated)
+	})
+	return benchReport(b, "events/s", elapsed, cpu, lat)
+}
