@@ -94,7 +94,7 @@ func (b *bundle) close() {
 
 var testTypes = []app.TypeVersion{
 	{Tipo: "teste:a", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
-		Schema: json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"},"cpf":{"type":"string"}}}`),
+		Schema:  json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"},"cpf":{"type":"string"}}}`),
 		Redacao: redact.Rules{Manter: []string{"/n"}, Hash: []string{"/cpf"}}},
 	{Tipo: "teste:b", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
 		Schema:  json.RawMessage(`{"type":"object"}`),

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -61,6 +62,19 @@ type AuthStore interface {
 type Auth struct {
 	Store AuthStore
 	Now   func() time.Time
+
+	// cache maps a token hash to its record for tokenCacheTTL: every API
+	// request authenticates, and the lookup costs more than the publish.
+	cache sync.Map // string -> cachedToken
+}
+
+// tokenCacheTTL bounds how long a token stays accepted from memory: a token
+// revoked in the database stops working within this time.
+const tokenCacheTTL = 30 * time.Second
+
+type cachedToken struct {
+	t       Token
+	expires time.Time
 }
 
 const tokenPrefix = "gh_"
@@ -87,11 +101,21 @@ func (a *Auth) Authenticate(ctx context.Context, secret string) (Token, error) {
 	if !strings.HasPrefix(secret, tokenPrefix) {
 		return Token{}, Errorf(EUnauthorized, "token inválido")
 	}
-	t, err := a.Store.TokenByHash(ctx, hashToken(secret))
+	hash := hashToken(secret)
+	now := a.Now()
+	if c, ok := a.cache.Load(hash); ok && now.Before(c.(cachedToken).expires) {
+		return c.(cachedToken).t, nil
+	}
+	// Only valid tokens are cached, so guessing cannot grow the cache.
+	t, err := a.Store.TokenByHash(ctx, hash)
 	if errors.Is(err, ErrNotFound) {
 		return Token{}, Errorf(EUnauthorized, "token inválido")
 	}
-	return t, err
+	if err != nil {
+		return Token{}, err
+	}
+	a.cache.Store(hash, cachedToken{t, now.Add(tokenCacheTTL)})
+	return t, nil
 }
 
 // Allow returns EForbidden unless the token's role is one of roles.

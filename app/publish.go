@@ -135,13 +135,11 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 		return Event{}, false, fmt.Errorf("encode redacted payload: %w", err)
 	}
 	ev.Payload = redacted
-	var full bytes.Buffer
-	if err := json.Compact(&full, raw); err != nil {
-		return Event{}, false, &Error{Code: EMalformed, Message: "payload não é JSON válido", Err: err}
-	}
-
+	// Live consumers get the payload as sent: valid JSON (it was parsed
+	// above), so it needs no re-encoding.
+	full := raw
 	// 7. Durable append; the store's commit hook delivers to live consumers.
-	stored, created, err := p.Log.Append(ctx, ev, full.Bytes())
+	stored, created, err := p.Log.Append(ctx, ev, full)
 	if err != nil {
 		return Event{}, false, err
 	}

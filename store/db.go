@@ -66,7 +66,7 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 	} else {
 		f.Close()
 	}
-	w, err := sql.Open(DriverName, dsn(path, false))
+	w, err := sql.Open(DriverName, DSN(path, false))
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 		w.Close()
 		return nil, err
 	}
-	r, err := sql.Open(DriverName, dsn(path, true))
+	r, err := sql.Open(DriverName, DSN(path, true))
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -145,7 +145,7 @@ func (db *DB) Pragma(ctx context.Context, name string, writer bool) (string, err
 // Backup writes a consistent copy of the live database to path. VACUUM INTO
 // reads one snapshot, so writers carry on meanwhile.
 func (db *DB) Backup(ctx context.Context, path string) error {
-	conn, err := sql.Open(DriverName, dsn(db.Path, false))
+	conn, err := sql.Open(DriverName, DSN(db.Path, false))
 	if err != nil {
 		return err
 	}

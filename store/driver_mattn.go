@@ -3,18 +3,30 @@
 package store
 
 import (
+	"database/sql"
 	"net/url"
 
-	_ "github.com/mattn/go-sqlite3" // registers "sqlite3": cgo, for those who build with it
+	"github.com/mattn/go-sqlite3" // cgo, for those who build with it
 )
 
-// DriverName names the SQLite driver this binary was built with.
-const DriverName = "sqlite3"
+// DriverName names the SQLite driver this binary was built with: mattn's,
+// registered with a connect hook for the pragma its DSN cannot carry.
+const DriverName = "geohub-sqlite3"
 
-// dsn sets every pragma in the DSN so that each pooled connection gets them.
+func init() {
+	sql.Register(DriverName, &sqlite3.SQLiteDriver{
+		ConnectHook: func(c *sqlite3.SQLiteConn) error {
+			// Savepoint journals stay in memory instead of temp files.
+			_, err := c.Exec("PRAGMA temp_store = MEMORY", nil)
+			return err
+		},
+	})
+}
+
+// DSN sets every pragma in the DSN so that each pooled connection gets them.
 // mattn/go-sqlite3 is compiled with WAL defaulting to synchronous=NORMAL, so
 // FULL must be explicit here.
-func dsn(path string, readOnly bool) string {
+func DSN(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", "10000")
 	q.Set("_journal_mode", "WAL")

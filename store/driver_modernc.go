@@ -11,14 +11,16 @@ import (
 // DriverName names the SQLite driver this binary was built with.
 const DriverName = "sqlite"
 
-// dsn sets every pragma in the DSN so that each pooled connection gets them.
+// DSN sets every pragma in the DSN so that each pooled connection gets them.
 // busy_timeout comes first: the pragmas after it may need to wait for a lock.
-func dsn(path string, readOnly bool) string {
+func DSN(path string, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	// Savepoint journals stay in memory instead of temp files.
+	q.Add("_pragma", "temp_store(MEMORY)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {

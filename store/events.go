@@ -27,7 +27,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	if s.insertEvent, err = db.PrepareContext(ctx, `INSERT INTO event_log (event_id, tipo, versao_schema,
 		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (event_id) DO NOTHING RETURNING sequence_number`); err != nil {
+		ON CONFLICT (event_id) DO NOTHING`); err != nil {
 		return fmt.Errorf("prepare insert event: %w", err)
 	}
 	if s.eventByID, err = db.PrepareContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`); err != nil {
@@ -63,18 +63,25 @@ func (tx *wtx) appendEvent(ev app.Event, full json.RawMessage, now time.Time) (a
 		autoriaID, autoriaTipo = ev.Autoria.ID, ev.Autoria.Tipo
 	}
 	criado := now.UnixMilli()
-	err := tx.stmt(tx.stmts.insertEvent).QueryRow(ev.EventID, ev.Tipo, ev.VersaoSchema, ms(ev.Timestamp),
+	res, err := tx.stmt(tx.stmts.insertEvent).Exec(ev.EventID, ev.Tipo, ev.VersaoSchema, ms(ev.Timestamp),
 		ev.Origem, ev.CorrelacaoID, nullString(ev.Agregado), nullString(autoriaID), nullString(autoriaTipo),
-		nullString(ev.Solicitacao), string(ev.Payload), criado).Scan(&ev.Sequence)
-	if errors.Is(err, sql.ErrNoRows) {
+		nullString(ev.Solicitacao), string(ev.Payload), criado)
+	if err != nil {
+		return app.Event{}, false, fmt.Errorf("insert event: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return app.Event{}, false, err
+	} else if n == 0 {
+		// The event_id exists, also when an earlier operation of this very
+		// group transaction inserted it.
 		existing, err := scanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(ev.EventID))
 		if err != nil {
 			return app.Event{}, false, fmt.Errorf("read duplicate event: %w", err)
 		}
 		return existing, false, nil
 	}
-	if err != nil {
-		return app.Event{}, false, fmt.Errorf("insert event: %w", err)
+	if ev.Sequence, err = res.LastInsertId(); err != nil {
+		return app.Event{}, false, err
 	}
 	ev.CriadoEm = fromMS(criado)
 	ev.Timestamp = fromMS(ms(ev.Timestamp))

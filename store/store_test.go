@@ -35,7 +35,8 @@ func newEvent(tipo string) app.Event {
 
 func TestPragmasHoldOnEveryConnection(t *testing.T) {
 	db := mustOpen(t)
-	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "busy_timeout": "10000"}
+	want := map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1", "busy_timeout": "10000",
+		"temp_store": "2"}
 	for _, writer := range []bool{true, false} {
 		for name, v := range want {
 			got, err := db.Pragma(t.Context(), name, writer)

@@ -22,9 +22,22 @@ type wtx struct {
 	*sql.Tx
 	stmts    *writeStmts
 	appended []app.Appended
+	bound    map[*sql.Stmt]*sql.Stmt
 }
 
-func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt { return t.Tx.Stmt(s) }
+// stmt binds a prepared statement to the transaction once per transaction:
+// a group commit runs the same few statements hundreds of times.
+func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt {
+	if b, ok := t.bound[s]; ok {
+		return b
+	}
+	if t.bound == nil {
+		t.bound = map[*sql.Stmt]*sql.Stmt{}
+	}
+	b := t.Tx.Stmt(s)
+	t.bound[s] = b
+	return b
+}
 
 // do queues fn for the next group commit and waits for its outcome. If ctx
 // ends first, do returns ctx.Err(), but fn may still commit: callers whose
@@ -96,18 +109,32 @@ func (db *DB) writer(maxBatch int) {
 	}
 }
 
+// commit runs a batch optimistically in one transaction without savepoints:
+// operations rarely fail, and savepoints cost a journal write per operation.
+// If one fails, the whole transaction is rolled back and the batch runs again
+// with a savepoint around each operation, so only the failing one is undone.
 func (db *DB) commit(batch []*op) {
+	if len(batch) > 1 && db.run(batch, false) {
+		return
+	}
+	db.run(batch, true)
+}
+
+// run executes batch in one transaction and answers every caller, unless
+// isolate is false and an operation failed: then it rolls back, answers no
+// one and returns false.
+func (db *DB) run(batch []*op, isolate bool) bool {
 	ctx := context.Background()
 	errs := make([]error, len(batch))
-	fail := func(err error) {
+	fail := func(err error) bool {
 		for _, o := range batch {
 			o.done <- err
 		}
+		return true
 	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
-		fail(fmt.Errorf("begin: %w", err))
-		return
+		return fail(fmt.Errorf("begin: %w", err))
 	}
 	t := &wtx{Tx: tx, stmts: &db.stmts}
 	live := 0
@@ -116,12 +143,14 @@ func (db *DB) commit(batch []*op) {
 			errs[i] = o.ctx.Err() // abandoned before it ran: do nothing
 			continue
 		}
-		if len(batch) == 1 {
-			errs[i] = o.fn(t) // alone: the transaction is its savepoint
-			if errs[i] != nil {
+		if !isolate || len(batch) == 1 {
+			// Alone, the transaction is the operation's savepoint.
+			if errs[i] = o.fn(t); errs[i] != nil {
 				tx.Rollback()
-				fail(errs[i])
-				return
+				if !isolate {
+					return false
+				}
+				return fail(errs[i])
 			}
 			live++
 			continue
@@ -129,31 +158,27 @@ func (db *DB) commit(batch []*op) {
 		mark := len(t.appended)
 		if _, err := tx.Exec("SAVEPOINT op"); err != nil {
 			tx.Rollback()
-			fail(fmt.Errorf("savepoint: %w", err))
-			return
+			return fail(fmt.Errorf("savepoint: %w", err))
 		}
 		if err := o.fn(t); err != nil {
 			errs[i] = err
 			t.appended = t.appended[:mark]
 			if _, rerr := tx.Exec("ROLLBACK TO op"); rerr != nil {
 				tx.Rollback()
-				fail(fmt.Errorf("rollback to savepoint: %w", rerr))
-				return
+				return fail(fmt.Errorf("rollback to savepoint: %w", rerr))
 			}
 		} else {
 			live++
 		}
 		if _, err := tx.Exec("RELEASE op"); err != nil {
 			tx.Rollback()
-			fail(fmt.Errorf("release savepoint: %w", err))
-			return
+			return fail(fmt.Errorf("release savepoint: %w", err))
 		}
 	}
 	if live == 0 {
 		tx.Rollback()
 	} else if err := tx.Commit(); err != nil {
-		fail(fmt.Errorf("commit: %w", err))
-		return
+		return fail(fmt.Errorf("commit: %w", err))
 	}
 	if len(t.appended) > 0 {
 		db.hookMu.RLock()
@@ -166,4 +191,5 @@ func (db *DB) commit(batch []*op) {
 	for i, o := range batch {
 		o.done <- errs[i]
 	}
+	return true
 }

@@ -26,7 +26,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,26 +153,6 @@ func benchBody(i int) []byte {
 	return body
 }
 
-// benchDSN replicates store's unexported dsn for the writer connection.
-func benchDSN(path string) string {
-	q := url.Values{}
-	switch store.DriverName {
-	case "sqlite3": // mattn
-		q.Set("_busy_timeout", "10000")
-		q.Set("_journal_mode", "WAL")
-		q.Set("_synchronous", "FULL")
-		q.Set("_foreign_keys", "1")
-		q.Set("_txlock", "immediate")
-	default: // modernc
-		q.Add("_pragma", "busy_timeout(10000)")
-		q.Add("_pragma", "journal_mode(WAL)")
-		q.Add("_pragma", "synchronous(FULL)")
-		q.Add("_pragma", "foreign_keys(1)")
-		q.Set("_txlock", "immediate")
-	}
-	return "file:" + path + "?" + q.Encode()
-}
-
 // benchRegister registers the jornada:iniciada fixture.
 func benchRegister(b *testing.B, ctx context.Context, reg *app.Registry) {
 	raw, err := fs.ReadFile(fixtures.Registry, "registry/jornada-iniciada.json")
@@ -229,7 +208,7 @@ func benchRawBatchedInsert(b *testing.B) benchResult {
 	if err := sdb.Close(); err != nil {
 		b.Fatal(err)
 	}
-	db, err := sql.Open(store.DriverName, benchDSN(path))
+	db, err := sql.Open(store.DriverName, store.DSN(path, false))
 	if err != nil {
 		b.Fatal(err)
 	}
