@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
+
 	"geohub/app"
 )
 
