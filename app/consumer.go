@@ -83,7 +83,7 @@ type Consumers struct {
 	mu            sync.Mutex
 	colonias      map[string]*consumer
 	started       bool
-	lastReprocess time.Time
+	lastReprocess map[string]time.Time // per colonia
 	wg            sync.WaitGroup
 }
 
@@ -220,18 +220,24 @@ const ReprocessInterval = time.Minute
 func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (ReprocessResult, error) {
 	c.mu.Lock()
 	k := c.colonias[colonia]
-	now := c.Now()
-	if wait := c.lastReprocess.Add(ReprocessInterval).Sub(now); !c.lastReprocess.IsZero() && wait > 0 {
-		c.mu.Unlock()
-		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
-			Message: "reprocessamento permitido uma vez por minuto"}
-	}
 	if k == nil {
 		c.mu.Unlock()
 		return ReprocessResult{}, &Error{Code: ENotFound, Message: fmt.Sprintf("colônia %s não tem consumidores", colonia),
 			Details: []Detail{{"/colonia", "colônia desconhecida"}}}
 	}
-	c.lastReprocess = now
+	// The limit is per colonia: reprocessing one consumer's failures does not
+	// hold back another's.
+	now := c.Now()
+	last := c.lastReprocess[colonia]
+	if wait := last.Add(ReprocessInterval).Sub(now); !last.IsZero() && wait > 0 {
+		c.mu.Unlock()
+		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: "reprocessamento permitido uma vez por minuto por colônia"}
+	}
+	if c.lastReprocess == nil {
+		c.lastReprocess = map[string]time.Time{}
+	}
+	c.lastReprocess[colonia] = now
 	c.mu.Unlock()
 	req := reprocessReq{ctx: ctx, done: make(chan reprocessRes, 1)}
 	select {

@@ -111,7 +111,7 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 	// 4. Type and version against the registry.
 	tv, err := p.Registry.lookup(ev.Tipo, ev.VersaoSchema)
 	if err != nil {
-		return Event{}, false, err
+		return p.existingOr(ctx, req.EventID != "", ev.EventID, err)
 	}
 
 	// 5. Payload against the version's schema.
@@ -125,8 +125,8 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 			Details: []Detail{{"/payload", "deve ser um objeto JSON"}}}
 	}
 	if details := tv.validatePayload(doc); len(details) > 0 {
-		return Event{}, false, &Error{Code: EInvalid,
-			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details}
+		return p.existingOr(ctx, req.EventID != "", ev.EventID, &Error{Code: EInvalid,
+			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details})
 	}
 
 	// 6. A redacted copy is what the log keeps.
@@ -147,6 +147,20 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 		p.Metrics.published(stored.Tipo)
 	}
 	return stored, created, nil
+}
+
+// existingOr answers a publisher's retry with the stored record even when
+// the event would no longer validate (its version was deprecated since, say):
+// idempotency means a repeat gets the first outcome. The lookup runs only on
+// this failure path, so valid publishes pay nothing for it.
+func (p *Publisher) existingOr(ctx context.Context, hasID bool, eventID string, err error) (Event, bool, error) {
+	if !hasID {
+		return Event{}, false, err
+	}
+	if ev, lerr := p.Log.Event(ctx, eventID); lerr == nil {
+		return ev, false, nil
+	}
+	return Event{}, false, err
 }
 
 // newID returns a UUIDv7: time-ordered ids keep the unique index append-only.

@@ -3,6 +3,8 @@ package web
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +48,10 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // parseFilter reads the query of GET /api/events, naming every bad parameter.
 func parseFilter(r *http.Request) (app.EventFilter, error) {
 	q := r.URL.Query()
+	if err := knownParams(q, "tipo", "origem", "correlacao_id", "agregado", "timestamp_inicio", "timestamp_fim",
+		"sequence_inicio", "sequence_fim", "limite", "deslocamento"); err != nil {
+		return app.EventFilter{}, err
+	}
 	f := app.EventFilter{Tipo: q.Get("tipo"), Origem: q.Get("origem"),
 		CorrelacaoID: strings.ToLower(q.Get("correlacao_id")), Agregado: q.Get("agregado")}
 	var bad []app.Detail
@@ -103,6 +109,10 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 // starts reading before the last batch is loaded.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := knownParams(q, "de_sequence", "tipos"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var after int64
 	if v := q.Get("de_sequence"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -172,4 +182,20 @@ func (s *Server) reprocessDLQ(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// knownParams refuses query parameters a route does not take: a misspelt
+// filter (limit for limite) would otherwise be silently ignored.
+func knownParams(q url.Values, names ...string) error {
+	var bad []app.Detail
+	for k := range q {
+		if !slices.Contains(names, k) {
+			bad = append(bad, app.Detail{Caminho: "/" + k, Mensagem: "parâmetro desconhecido; aceitos: " + strings.Join(names, ", ")})
+		}
+	}
+	if len(bad) > 0 {
+		slices.SortFunc(bad, func(a, b app.Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
+		return &app.Error{Code: app.EInvalid, Message: "parâmetro de consulta desconhecido", Details: bad}
+	}
+	return nil
 }

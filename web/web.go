@@ -76,8 +76,9 @@ type tokenKey struct{}
 // a valid token, 403 with the wrong role.
 func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || secret == "" {
+		// The scheme is case-insensitive (RFC 9110 section 11.1).
+		scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="geohub"`)
 			s.fail(w, r, app.Errorf(app.EUnauthorized, "token ausente: use Authorization: Bearer <token>"))
 			return
@@ -158,10 +159,14 @@ func decodeJSON(r *http.Request, v any) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
-		if _, extra := dec.Token(); extra != io.EOF {
-			return app.Errorf(app.EMalformed, "JSON malformado: há dados após o objeto")
+		_, err = dec.Token()
+		if err == io.EOF {
+			return nil
 		}
-		return nil
+		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
+			return app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
+		}
+		return app.Errorf(app.EMalformed, "JSON malformado: há dados após o objeto")
 	}
 	var maxErr *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"geohub/store"
+)
+
+// buildBinary compiles geohub once per test run, with the SQLite driver this
+// test binary was built with.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "geohub-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "geohub")
+	args := []string{"build", "-o", bin}
+	if store.DriverName != "sqlite" {
+		args = append(args, "-tags", "mattn")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// proc is a geohub server running as a real process.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	out  *syncBuffer
+}
+
+// syncBuffer collects the server's stderr for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) WriteString(v string) {
+	s.mu.Lock()
+	s.b.WriteString(v)
+	s.mu.Unlock()
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listening = regexp.MustCompile(`geohub listening" addr=(\S+)`)
+
+func startServer(t *testing.T, data string) *proc {
+	t.Helper()
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--data", data, "--addr", "127.0.0.1:0", "--demo")
+	cmd.Env = append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, out: &syncBuffer{}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.out.WriteString(sc.Text() + "\n")
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("server did not start:\n%s", p.out)
+	}
+	return p
+}
+
+func runCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		t.Fatalf("geohub %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// lastLine is how scripts take the token: `geohub token create ... | tail -n1`.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+func publish(client *http.Client, addr, token, body string) (int, string, error) {
+	req, _ := http.NewRequest("POST", "http://"+addr+"/api/events", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	var rec struct {
+		EventID string `json:"event_id"`
+	}
+	b, _ := io.ReadAll(res.Body)
+	json.Unmarshal(b, &rec)
+	return res.StatusCode, rec.EventID, nil
+}
+
+func jornada(i int) string {
+	return fmt.Sprintf(`{"tipo":"jornada:iniciada","origem":"teste","payload":{"jornadaId":"0199bb3e-0000-7000-8000-%012d",`+
+		`"inicio":"2026-11-30T12:00:00Z","servidor":{"nome":"Ana","cpf":"12345678901"}}}`, i)
+}
+
+func TestAcknowledgedPublishesSurviveKill9(t *testing.T) {
+	data := t.TempDir()
+	srv := startServer(t, data)
+	// token create works against the data directory of a running server.
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
+	if !strings.HasPrefix(token, "gh_") {
+		t.Fatalf("token create's last line is %q", token)
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	var mu sync.Mutex
+	var acked []string
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	enough := make(chan struct{})
+	var once sync.Once
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := int(n.Add(1))
+				status, id, err := publish(client, srv.addr, token, jornada(i))
+				if err != nil {
+					return // the server is gone
+				}
+				if status != http.StatusCreated {
+					t.Errorf("publish: status %d", status)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, id)
+				if len(acked) >= 400 {
+					once.Do(func() { close(enough) })
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	select {
+	case <-enough:
+	case <-time.After(60 * time.Second):
+		t.Fatal("publishing too slow to reach 400 events")
+	}
+	// SIGKILL while publishers are mid-flight: no shutdown code runs.
+	if err := srv.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	srv.cmd.Wait()
+	wg.Wait()
+
+	srv = startServer(t, data)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range acked {
+		req, _ := http.NewRequest("GET", "http://"+srv.addr+"/api/events/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("acknowledged event %s is missing after kill -9 (status %d)", id, res.StatusCode)
+		}
+	}
+	t.Logf("%d acknowledged events all present after kill -9", len(acked))
+}
+
+func TestGracefulShutdownAndBackup(t *testing.T) {
+	data := t.TempDir()
+	srv := startServer(t, data)
+	token := lastLine(runCLI(t, "token", "create", "--papel", "produtor", "--nome", "integra", "--data", data))
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 5 {
+		if status, _, err := publish(client, srv.addr, token, jornada(i)); err != nil || status != http.StatusCreated {
+			t.Fatalf("publish: %d %v", status, err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "copia.db")
+	runCLI(t, "backup", "--out", out, "--data", data) // while the server runs
+	cp, err := store.Open(context.Background(), out, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cp.CountEvents(context.Background()); n != 5 {
+		t.Fatalf("backup holds %d events, want 5", n)
+	}
+	cp.Close()
+
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("SIGTERM must exit 0: %v\n%s", err, srv.out)
+	}
+	// The WAL was checkpointed into the main file on the way out.
+	if fi, err := os.Stat(filepath.Join(data, store.FileName+"-wal")); err == nil && fi.Size() > 0 {
+		t.Fatalf("WAL holds %d bytes after a clean shutdown", fi.Size())
+	}
+	if fi, err := os.Stat(filepath.Join(data, masterKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("master key must be 0600: %v %v", fi.Mode(), err)
+	}
+}

@@ -1,0 +1,39 @@
+package web_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"geohub/app"
+)
+
+func TestEdgeCases(t *testing.T) {
+	env := apiSetup(t)
+	env.registerTypes(t)
+	for _, sc := range []apiScenario{
+		{name: "a misspelt filter is refused, not ignored", method: http.MethodGet, route: "/api/events?limit=5&tipo=x",
+			role: app.PapelLeitor, status: 422, codigo: app.EInvalid, caminhos: []string{"/limit"}},
+		{name: "an unknown replay parameter is refused", method: http.MethodGet, route: "/api/events/replay?desde=3",
+			role: app.PapelLeitor, status: 422, codigo: app.EInvalid, caminhos: []string{"/desde"}},
+		{name: "the bearer scheme is case-insensitive", method: http.MethodGet, route: "/api/events",
+			auth: "bearer " + env.Tokens[app.PapelLeitor], status: 200},
+		{name: "over 1 MiB of trailing data is too large, not malformed", method: http.MethodPost, route: "/api/events",
+			role: app.PapelProdutor, body: `{"tipo":"teste:livre","origem":"t","payload":{}}` + strings.Repeat(" ", 1<<20),
+			status: 413, codigo: app.ETooLarge},
+	} {
+		t.Run(sc.name, func(t *testing.T) { env.run(t, sc) })
+	}
+
+	t.Run("a retry of a published event after its version was deprecated gets the stored record", func(t *testing.T) {
+		body := apiPublishBody("teste:livre", map[string]any{"n": 1})
+		body["event_id"] = "0199bb3e-0000-7000-8000-0000000000e1"
+		env.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body).want(t, http.StatusCreated)
+		env.do(t, http.MethodPatch, "/api/registro/teste:livre/1.0.0", app.PapelAdmin, map[string]string{"status": "deprecado"}).
+			want(t, http.StatusOK)
+		env.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body).want(t, http.StatusOK)
+		fresh := apiPublishBody("teste:livre", map[string]any{"n": 2})
+		env.run(t, apiScenario{method: http.MethodPost, route: "/api/events", role: app.PapelProdutor, body: fresh,
+			status: 422, caminhos: []string{"/versao_schema"}})
+	})
+}
