@@ -1,7 +1,6 @@
 package web
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -28,7 +27,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		w.Header().Set("Location", "/api/events/"+ev.EventID)
 	}
-	writeJSON(w, status, ev)
+	writeEvent(w, status, ev)
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +92,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ev)
+	writeEvent(w, http.StatusOK, ev)
 }
 
 func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
@@ -130,9 +129,8 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
 	flusher, _ := w.(http.Flusher)
+	buf := make([]byte, 0, 64<<10)
 	n := 0
 	for ev, err := range s.Audit.Replay(r.Context(), after, tipos) {
 		if err != nil {
@@ -143,15 +141,23 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 			// Headers are gone: end the stream early; the client resumes from
 			// the last sequence it received.
 			s.Logger.Error("replay interrupted", "err", err)
-			return
+			break
 		}
-		if err := enc.Encode(ev); err != nil {
-			return
-		}
-		if n++; n%app.ReplayBatch == 0 && flusher != nil {
-			flusher.Flush()
+		buf = append(ev.AppendJSON(buf), '\n')
+		n++
+		// Stream in 32 KiB writes, each flushed, so a client reads while the
+		// next batch is loaded and memory stays flat however long the replay.
+		if len(buf) >= 32<<10 {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			buf = buf[:0]
+			if flusher != nil {
+				flusher.Flush()
+			}
 		}
 	}
+	w.Write(buf)
 }
 
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {

@@ -152,6 +152,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+// writeEvent writes one record with its hand-written encoder: json.Encoder
+// would re-scan a Marshaler's output to validate and compact it.
+func writeEvent(w http.ResponseWriter, status int, ev app.Event) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(append(ev.AppendJSON(make([]byte, 0, 512+len(ev.Payload))), '\n'))
+}
+
 // decodeJSON reads one JSON value into v, refusing unknown fields, trailing
 // data and bodies over the limit, each with its own precise error.
 func decodeJSON(r *http.Request, v any) error {
