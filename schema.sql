@@ -96,3 +96,24 @@ CREATE TABLE operator (
     papel      TEXT    NOT NULL CHECK (papel IN ('admin', 'operador', 'leitor')),
     criado_em  INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- migration: 2
+
+-- Integrators (the cadastro). The signing secrets are sealed with a key
+-- derived from the master key; the API key is stored as its SHA-256.
+CREATE TABLE integrator (
+    id                 TEXT    PRIMARY KEY,
+    nome               TEXT    NOT NULL,
+    callback_url       TEXT    NOT NULL,
+    hosts_permitidos   TEXT    NOT NULL, -- JSON array
+    eventos            TEXT    NOT NULL, -- JSON array of patterns
+    backoff            TEXT    NOT NULL DEFAULT '[]', -- JSON array of Go durations
+    ativo              INTEGER NOT NULL,
+    motivo_inativo     TEXT    NOT NULL DEFAULT '',
+    segredo            BLOB    NOT NULL,
+    segredo_anterior   BLOB,
+    segredo_anterior_ate INTEGER,
+    api_key_hash       TEXT    NOT NULL UNIQUE,
+    criado_em          INTEGER NOT NULL,
+    atualizado_em      INTEGER NOT NULL
+) WITHOUT ROWID;

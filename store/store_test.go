@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"geohub"
 	"geohub/app"
 	"geohub/store"
 )
@@ -55,13 +57,14 @@ func TestPragmasHoldOnEveryConnection(t *testing.T) {
 
 func TestReopenAppliesNoMigrationTwice(t *testing.T) {
 	path := filepath.Join(t.TempDir(), store.FileName)
+	want := strconv.Itoa(strings.Count(geohub.Schema, "\n-- migration: "))
 	for range 2 {
 		db, err := store.Open(t.Context(), path, store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, _ := db.Pragma(t.Context(), "user_version", true); v != "1" {
-			t.Fatalf("user_version = %s, want 1", v)
+		if v, _ := db.Pragma(t.Context(), "user_version", true); v != want {
+			t.Fatalf("user_version = %s, want %s", v, want)
 		}
 		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil); err != nil {
 			t.Fatal(err)

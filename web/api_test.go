@@ -68,6 +68,8 @@ type apiEnv struct {
 	Clock  *apiClock
 	Tokens map[app.Papel]string
 	client *http.Client
+
+	Integrators *app.Integrators
 }
 
 // apiSetup starts a fresh Geohub for one test. subscribe, when given,
@@ -107,7 +109,18 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		t.Fatal(err)
 	}
 
+	sealer, err := app.NewSealer(apiMasterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now,
+		Policy: app.CallbackPolicy{Resolver: apiResolver}}
+	if err := integrators.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
 	srv := &web.Server{
+		Integrators: integrators,
 		Publisher: &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(apiMasterKey),
 			Now: clock.Now, Metrics: metrics},
 		Registry:  registry,
@@ -121,7 +134,8 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 
-	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client()}
+	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
+		Integrators: integrators}
 	for _, p := range []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor} {
 		secret, _, err := auth.CreateToken(t.Context(), p, "teste-"+string(p))
 		if err != nil {

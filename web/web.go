@@ -31,8 +31,10 @@ type Server struct {
 	Audit     *app.Audit
 	Consumers *app.Consumers
 	Auth      *app.Auth
-	Logger    *slog.Logger
-	Gatherer  prometheus.Gatherer
+	// Integrators is the cadastro of CAD systems.
+	Integrators *app.Integrators
+	Logger      *slog.Logger
+	Gatherer    prometheus.Gatherer
 	// Ready reports whether the database is writable and workers run.
 	Ready func(ctx context.Context) error
 }
@@ -58,6 +60,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/registro", s.authed(anyRole, s.listTypes))
 	mux.Handle("GET /api/registro/{tipo}", s.authed(anyRole, s.getType))
 	mux.Handle("PATCH /api/registro/{tipo}/{versao}", s.authed(admin, s.patchType))
+
+	mux.Handle("POST /api/integradores", s.authed(admin, s.createIntegrator))
+	mux.Handle("GET /api/integradores", s.authed(read, s.listIntegrators))
+	mux.Handle("GET /api/integradores/{id}", s.authed(read, s.getIntegrator))
+	mux.Handle("PATCH /api/integradores/{id}", s.authed(admin, s.patchIntegrator))
+	mux.Handle("POST /api/integradores/{id}/segredo/rotacionar", s.authed(admin, s.rotateSecret))
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

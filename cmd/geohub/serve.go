@@ -161,6 +161,16 @@ func (m *Main) Run(ctx context.Context) error {
 		fmt.Fprintf(m.Stdout, "\n  Operador admin criado. Senha (mostrada só agora): %s\n\n", pw)
 	}
 
+	sealer, err := app.NewSealer(key)
+	if err != nil {
+		return err
+	}
+	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now,
+		Policy: app.CallbackPolicy{Insecure: cfg.InsecureCallbacks}}
+	if err := integrators.Load(ctx); err != nil {
+		return err
+	}
+
 	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
 	if m.Subscribe != nil {
 		m.Subscribe(consumers)
@@ -185,14 +195,15 @@ func (m *Main) Run(ctx context.Context) error {
 	}))
 
 	srv := &web.Server{
-		Publisher: &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
-		Registry:  registry,
-		Audit:     &app.Audit{Log: db, Store: db},
-		Consumers: consumers,
-		Auth:      auth,
-		Logger:    logger,
-		Gatherer:  reg,
-		Ready:     db.Ping,
+		Publisher:   &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
+		Registry:    registry,
+		Audit:       &app.Audit{Log: db, Store: db},
+		Consumers:   consumers,
+		Auth:        auth,
+		Integrators: integrators,
+		Logger:      logger,
+		Gatherer:    reg,
+		Ready:       db.Ping,
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -1,0 +1,141 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+)
+
+// CallbackPolicy decides which callback URLs Geohub may call. The same rules
+// run at registration and again at dial time on the address actually
+// connected to, so a name that later resolves inside (DNS rebinding) is
+// refused where it matters.
+type CallbackPolicy struct {
+	// Insecure allows http:// and loopback addresses: local demos and tests
+	// only (--insecure-callbacks). Private networks stay refused.
+	Insecure bool
+	// Resolver resolves callback hosts; nil means net.DefaultResolver.
+	Resolver interface {
+		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+	}
+}
+
+// cgnat is the carrier-grade NAT range (RFC 6598), which netip does not
+// classify as private.
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// refusal says why an address may not be called, or "" when it may.
+func (p CallbackPolicy) refusal(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case a.IsLoopback():
+		if p.Insecure {
+			return ""
+		}
+		return "endereço de loopback"
+	case a.IsUnspecified():
+		return "endereço não especificado"
+	case a.IsPrivate():
+		return "endereço de rede privada"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		return "endereço link-local"
+	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
+		return "endereço multicast"
+	case a.Is4() && cgnat.Contains(a):
+		return "endereço CGNAT (100.64.0.0/10)"
+	case a.Is4() && (a.As4()[0] == 0 || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})):
+		return "endereço reservado"
+	}
+	return ""
+}
+
+// Check validates a callback URL against the policy and the integrator's host
+// allowlist, resolving its host. Each finding names its reason.
+func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string) []Detail {
+	bad := func(msg string) []Detail { return []Detail{{"/callback_url", msg}} }
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return bad("URL inválida")
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && p.Insecure:
+	default:
+		return bad("o esquema deve ser https")
+	}
+	if u.User != nil {
+		return bad("a URL não pode conter usuário ou senha")
+	}
+	if u.Fragment != "" {
+		return bad("a URL não pode conter fragmento (#)")
+	}
+	host := strings.ToLower(u.Hostname())
+	if !HostAllowed(host, allowed) {
+		return bad(fmt.Sprintf("o host %s não está em hosts_permitidos", host))
+	}
+	addrs, err := p.resolve(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return bad(fmt.Sprintf("o host %s não resolve", host))
+	}
+	for _, a := range addrs {
+		if why := p.refusal(a); why != "" {
+			return bad(fmt.Sprintf("o host %s resolve para %s: %s", host, a, why))
+		}
+	}
+	return nil
+}
+
+func (p CallbackPolicy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	var r interface {
+		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+	} = net.DefaultResolver
+	if p.Resolver != nil {
+		r = p.Resolver
+	}
+	return r.LookupNetIP(ctx, "ip", host)
+}
+
+// HostAllowed matches host against an allowlist of exact names and
+// "*.suffix" wildcards (which match subdomains, not the bare suffix).
+func HostAllowed(host string, allowed []string) bool {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	for _, h := range allowed {
+		h = strings.ToLower(strings.TrimSuffix(h, "."))
+		if h == host {
+			return true
+		}
+		if suffix, ok := strings.CutPrefix(h, "*."); ok && strings.HasSuffix(host, "."+suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrRefusedAddress is returned by a dial the policy refused.
+var ErrRefusedAddress = errors.New("callback address refused")
+
+// Dialer returns a dialer that refuses, at connect time, any address the
+// policy refuses: the check runs on the resolved IP the socket is about to
+// connect to, after every DNS answer.
+func (p CallbackPolicy) Dialer(base *net.Dialer) *net.Dialer {
+	d := *base
+	d.Control = func(network, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%w: %s", ErrRefusedAddress, address)
+		}
+		if why := p.refusal(ap.Addr()); why != "" {
+			return fmt.Errorf("%w: %s (%s)", ErrRefusedAddress, address, why)
+		}
+		return nil
+	}
+	return &d
+}

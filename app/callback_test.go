@@ -1,0 +1,51 @@
+package app_test
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"geohub/app"
+)
+
+func TestDialerRefusesInsideAddressesAtConnectTime(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer srv.Close()
+	// "localhost" is a real name that resolves to loopback: the check must
+	// happen on the address connected to, whatever the name said.
+	url := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	client := func(p app.CallbackPolicy) *http.Client {
+		d := p.Dialer(&net.Dialer{Timeout: 2 * time.Second})
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	_, err := client(app.CallbackPolicy{}).Get(url)
+	if !errors.Is(err, app.ErrRefusedAddress) {
+		t.Fatalf("a name resolving to loopback must be refused at dial time, got %v", err)
+	}
+	res, err := client(app.CallbackPolicy{Insecure: true}).Get(url)
+	if err != nil {
+		t.Fatalf("--insecure-callbacks allows loopback: %v", err)
+	}
+	res.Body.Close()
+}
+
+func TestHostAllowed(t *testing.T) {
+	allowed := []string{"cad.exemplo.gov.br", "*.bombeiros.gov.br"}
+	for host, want := range map[string]bool{
+		"cad.exemplo.gov.br":      true,
+		"CAD.Exemplo.gov.br.":     true,
+		"x.cad.exemplo.gov.br":    false,
+		"a.bombeiros.gov.br":      true,
+		"bombeiros.gov.br":        false,
+		"evilbombeiros.gov.br":    false,
+		"a.bombeiros.gov.br.evil": false,
+	} {
+		if got := app.HostAllowed(host, allowed); got != want {
+			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

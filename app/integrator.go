@@ -1,0 +1,304 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Integrator is a CAD system's record (the cadastro, SPEC 6.1). Its signing
+// secret and API key never appear here: they are shown once, at creation
+// and rotation.
+type Integrator struct {
+	ID              string    `json:"id"`
+	Nome            string    `json:"nome"`
+	CallbackURL     string    `json:"callback_url"`
+	HostsPermitidos []string  `json:"hosts_permitidos"`
+	Eventos         []string  `json:"eventos"`
+	Ativo           bool      `json:"ativo"`
+	Backoff         []string  `json:"backoff,omitempty"`
+	MotivoInativo   string    `json:"motivo_inativo,omitempty"`
+	CriadoEm        time.Time `json:"criado_em"`
+	AtualizadoEm    time.Time `json:"atualizado_em"`
+}
+
+// NewIntegrator is the body of POST /api/integradores.
+type NewIntegrator struct {
+	Nome            string   `json:"nome"`
+	CallbackURL     string   `json:"callback_url"`
+	HostsPermitidos []string `json:"hosts_permitidos"`
+	Eventos         []string `json:"eventos"`
+	Backoff         []string `json:"backoff"`
+}
+
+// IntegratorPatch is the body of PATCH /api/integradores/{id}; nil leaves a
+// field as it is.
+type IntegratorPatch struct {
+	Ativo           *bool     `json:"ativo"`
+	CallbackURL     *string   `json:"callback_url"`
+	HostsPermitidos *[]string `json:"hosts_permitidos"`
+	Eventos         *[]string `json:"eventos"`
+	Backoff         *[]string `json:"backoff"`
+}
+
+// CreatedIntegrator is the one answer that carries the secrets.
+type CreatedIntegrator struct {
+	Integrator
+	Segredo string `json:"segredo"`
+	APIKey  string `json:"api_key"`
+}
+
+// RotatedSecret answers a rotation: the new secret, once, and until when
+// deliveries also carry the previous one's signature.
+type RotatedSecret struct {
+	Segredo           string    `json:"segredo"`
+	AnteriorValidoAte time.Time `json:"anterior_valido_ate"`
+}
+
+// IntegratorSecrets are an integrator's sealed signing secrets.
+type IntegratorSecrets struct {
+	Atual, Anterior []byte
+	AnteriorAte     time.Time
+}
+
+// IntegratorStore keeps integrators.
+type IntegratorStore interface {
+	InsertIntegrator(ctx context.Context, in Integrator, sealedSecret []byte, apiKeyHash string) error
+	Integrators(ctx context.Context) ([]Integrator, error)
+	UpdateIntegrator(ctx context.Context, in Integrator) error
+	SetIntegratorSecret(ctx context.Context, id string, s IntegratorSecrets) error
+	IntegratorSecrets(ctx context.Context, id string) (IntegratorSecrets, error)
+	IntegratorByAPIKey(ctx context.Context, hash string) (Integrator, error)
+}
+
+// SecretGrace is how long a rotated-out secret still signs deliveries.
+const SecretGrace = 24 * time.Hour
+
+// Backoff limits for an integrator's override (SPEC 6.4).
+const (
+	MaxBackoffSteps = 12
+	MaxBackoffStep  = 10 * time.Hour
+)
+
+var eventPattern = regexp.MustCompile(`^(\*|[a-z][a-z0-9-]*:(\*|[a-z][a-z0-9-]*))$`)
+
+// Integrators manages the cadastro and keeps a snapshot in memory: routing
+// reads it on every publish.
+type Integrators struct {
+	Store  IntegratorStore
+	Sealer *Sealer
+	Policy CallbackPolicy
+	Now    func() time.Time
+
+	mu  sync.RWMutex
+	all []Integrator
+}
+
+// Load reads every integrator into the snapshot.
+func (s *Integrators) Load(ctx context.Context) error {
+	all, err := s.Store.Integrators(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.all = all
+	s.mu.Unlock()
+	return nil
+}
+
+// List returns every integrator, ordered by name.
+func (s *Integrators) List() []Integrator {
+	s.mu.RLock()
+	out := slices.Clone(s.all)
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Integrator) int { return strings.Compare(a.Nome+a.ID, b.Nome+b.ID) })
+	return out
+}
+
+// Get returns one integrator or ENotFound.
+func (s *Integrators) Get(id string) (Integrator, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, in := range s.all {
+		if in.ID == id {
+			return in, nil
+		}
+	}
+	return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
+}
+
+// Create validates and stores a new integrator; its secret and API key are
+// in the answer and nowhere else in clear.
+func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedIntegrator, error) {
+	if req.Eventos == nil {
+		req.Eventos = []string{"*"}
+	}
+	now := s.Now().UTC()
+	in := Integrator{ID: uuid.Must(uuid.NewV7()).String(), Nome: strings.TrimSpace(req.Nome), CallbackURL: req.CallbackURL,
+		HostsPermitidos: req.HostsPermitidos, Eventos: req.Eventos, Backoff: req.Backoff, Ativo: true,
+		CriadoEm: now, AtualizadoEm: now}
+	if err := s.validate(ctx, in); err != nil {
+		return CreatedIntegrator{}, err
+	}
+	secret := "whsec_" + randomString(32)
+	apiKey := "gk_" + randomString(32)
+	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey)); err != nil {
+		return CreatedIntegrator{}, err
+	}
+	return CreatedIntegrator{Integrator: in, Segredo: secret, APIKey: apiKey}, s.Load(ctx)
+}
+
+// Update applies a patch; a changed callback URL or allowlist is checked again.
+func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) (Integrator, error) {
+	in, err := s.Get(id)
+	if err != nil {
+		return Integrator{}, err
+	}
+	if p.Ativo != nil {
+		in.Ativo = *p.Ativo
+		if in.Ativo {
+			in.MotivoInativo = ""
+		} else if in.MotivoInativo == "" {
+			in.MotivoInativo = "desativado por um operador"
+		}
+	}
+	if p.CallbackURL != nil {
+		in.CallbackURL = *p.CallbackURL
+	}
+	if p.HostsPermitidos != nil {
+		in.HostsPermitidos = *p.HostsPermitidos
+	}
+	if p.Eventos != nil {
+		in.Eventos = *p.Eventos
+	}
+	if p.Backoff != nil {
+		in.Backoff = *p.Backoff
+	}
+	in.AtualizadoEm = s.Now().UTC()
+	if err := s.validate(ctx, in); err != nil {
+		return Integrator{}, err
+	}
+	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+		return Integrator{}, err
+	}
+	return in, s.Load(ctx)
+}
+
+// RotateSecret issues a new signing secret; the current one keeps signing
+// (in X-Geohub-Assinatura-Anterior) for SecretGrace.
+func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecret, error) {
+	if _, err := s.Get(id); err != nil {
+		return RotatedSecret{}, err
+	}
+	cur, err := s.Store.IntegratorSecrets(ctx, id)
+	if err != nil {
+		return RotatedSecret{}, err
+	}
+	secret := "whsec_" + randomString(32)
+	until := s.Now().UTC().Add(SecretGrace)
+	next := IntegratorSecrets{Atual: s.Sealer.Seal([]byte(secret), id), Anterior: cur.Atual, AnteriorAte: until}
+	if err := s.Store.SetIntegratorSecret(ctx, id, next); err != nil {
+		return RotatedSecret{}, err
+	}
+	return RotatedSecret{Segredo: secret, AnteriorValidoAte: until}, nil
+}
+
+// Secrets returns the secrets that sign a delivery now: the current one and,
+// during a rotation's grace period, the previous one.
+func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous []byte, err error) {
+	sealed, err := s.Store.IntegratorSecrets(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if current, err = s.Sealer.Open(sealed.Atual, id); err != nil {
+		return nil, nil, fmt.Errorf("open secret of integrator %s: %w", id, err)
+	}
+	if sealed.Anterior != nil && s.Now().Before(sealed.AnteriorAte) {
+		if previous, err = s.Sealer.Open(sealed.Anterior, id); err != nil {
+			return nil, nil, fmt.Errorf("open previous secret of integrator %s: %w", id, err)
+		}
+	}
+	return current, previous, nil
+}
+
+// Authenticate resolves an integrator's API key (its Bearer for commands).
+func (s *Integrators) Authenticate(ctx context.Context, apiKey string) (Integrator, error) {
+	if !strings.HasPrefix(apiKey, "gk_") {
+		return Integrator{}, Errorf(EUnauthorized, "chave de API inválida")
+	}
+	in, err := s.Store.IntegratorByAPIKey(ctx, hashToken(apiKey))
+	if err != nil {
+		return Integrator{}, Errorf(EUnauthorized, "chave de API inválida")
+	}
+	return in, nil
+}
+
+func (s *Integrators) validate(ctx context.Context, in Integrator) error {
+	var bad []Detail
+	if in.Nome == "" || len(in.Nome) > 100 {
+		bad = append(bad, Detail{"/nome", "obrigatório, até 100 caracteres"})
+	}
+	if len(in.HostsPermitidos) == 0 {
+		bad = append(bad, Detail{"/hosts_permitidos", "informe ao menos um host"})
+	}
+	for i, h := range in.HostsPermitidos {
+		if h == "" || strings.ContainsAny(h, "/:@ ") {
+			bad = append(bad, Detail{fmt.Sprintf("/hosts_permitidos/%d", i), "deve ser um nome de host (ex.: cad.exemplo.gov.br ou *.exemplo.gov.br)"})
+		}
+	}
+	for i, e := range in.Eventos {
+		if !eventPattern.MatchString(e) {
+			bad = append(bad, Detail{fmt.Sprintf("/eventos/%d", i), "padrão inválido: use *, familia:* ou familia:nome"})
+		}
+	}
+	if _, err := ParseBackoff(in.Backoff); err != nil {
+		bad = append(bad, err.(*Error).Details...)
+	}
+	if len(bad) == 0 {
+		bad = append(bad, s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos)...)
+	}
+	if len(bad) > 0 {
+		return &Error{Code: EInvalid, Message: "cadastro de integrador inválido", Details: bad}
+	}
+	return nil
+}
+
+// ParseBackoff reads an override: the waits between attempts, at most 12
+// steps of at most 10 h each. Empty means the default schedule.
+func ParseBackoff(steps []string) ([]time.Duration, error) {
+	if len(steps) > MaxBackoffSteps {
+		return nil, &Error{Code: EInvalid, Message: "backoff inválido",
+			Details: []Detail{{"/backoff", fmt.Sprintf("no máximo %d passos", MaxBackoffSteps)}}}
+	}
+	out := make([]time.Duration, 0, len(steps))
+	var bad []Detail
+	for i, s := range steps {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < time.Second || d > MaxBackoffStep {
+			bad = append(bad, Detail{fmt.Sprintf("/backoff/%d", i), "deve ser uma duração Go entre 1s e 10h (ex.: 30s, 5m)"})
+			continue
+		}
+		out = append(out, d)
+	}
+	if len(bad) > 0 {
+		return nil, &Error{Code: EInvalid, Message: "backoff inválido", Details: bad}
+	}
+	return out, nil
+}
+
+// Wants reports whether the integrator's eventos patterns admit tipo.
+func (in Integrator) Wants(tipo string) bool {
+	family, _, _ := strings.Cut(tipo, ":")
+	for _, p := range in.Eventos {
+		if p == "*" || p == tipo || p == family+":*" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"geohub/app"
+)
+
+const integratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
+	criado_em, atualizado_em`
+
+func scanIntegrator(row scanner) (app.Integrator, error) {
+	var in app.Integrator
+	var hosts, eventos, backoff string
+	var criado, atualizado int64
+	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
+		&criado, &atualizado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return in, app.ErrNotFound
+	}
+	if err != nil {
+		return in, err
+	}
+	in.CriadoEm, in.AtualizadoEm = fromMS(criado), fromMS(atualizado)
+	for _, f := range []struct {
+		raw string
+		dst *[]string
+	}{{hosts, &in.HostsPermitidos}, {eventos, &in.Eventos}, {backoff, &in.Backoff}} {
+		if err := json.Unmarshal([]byte(f.raw), f.dst); err != nil {
+			return in, fmt.Errorf("decode integrator %s: %w", in.ID, err)
+		}
+	}
+	if len(in.Backoff) == 0 {
+		in.Backoff = nil
+	}
+	return in, nil
+}
+
+func jsonList(v []string) string {
+	if v == nil {
+		v = []string{}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// InsertIntegrator implements app.IntegratorStore.
+func (db *DB) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
+			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
+			in.Ativo, in.MotivoInativo, sealedSecret, apiKeyHash, ms(in.CriadoEm), ms(in.AtualizadoEm))
+		return err
+	})
+}
+
+// Integrators implements app.IntegratorStore.
+func (db *DB) Integrators(ctx context.Context) ([]app.Integrator, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT `+integratorColumns+` FROM integrator ORDER BY nome, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list integrators: %w", err)
+	}
+	defer rows.Close()
+	var out []app.Integrator
+	for rows.Next() {
+		in, err := scanIntegrator(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// UpdateIntegrator implements app.IntegratorStore.
+func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE integrator SET nome = ?, callback_url = ?, hosts_permitidos = ?,
+			eventos = ?, backoff = ?, ativo = ?, motivo_inativo = ?, atualizado_em = ? WHERE id = ?`,
+			in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
+			in.Ativo, in.MotivoInativo, ms(in.AtualizadoEm), in.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
+// SetIntegratorSecret implements app.IntegratorStore.
+func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.IntegratorSecrets) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE integrator SET segredo = ?, segredo_anterior = ?,
+			segredo_anterior_ate = ?, atualizado_em = ? WHERE id = ?`,
+			s.Atual, s.Anterior, ms(s.AnteriorAte), ms(db.now()), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
+// IntegratorSecrets implements app.IntegratorStore.
+func (db *DB) IntegratorSecrets(ctx context.Context, id string) (app.IntegratorSecrets, error) {
+	var s app.IntegratorSecrets
+	var ate sql.NullInt64
+	err := db.read.QueryRowContext(ctx, `SELECT segredo, segredo_anterior, segredo_anterior_ate
+		FROM integrator WHERE id = ?`, id).Scan(&s.Atual, &s.Anterior, &ate)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, app.ErrNotFound
+	}
+	if ate.Valid {
+		s.AnteriorAte = fromMS(ate.Int64)
+	}
+	return s, err
+}
+
+// IntegratorByAPIKey implements app.IntegratorStore.
+func (db *DB) IntegratorByAPIKey(ctx context.Context, hash string) (app.Integrator, error) {
+	return scanIntegrator(db.read.QueryRowContext(ctx, `SELECT `+integratorColumns+` FROM integrator
+		WHERE api_key_hash = ?`, hash))
+}
