@@ -117,3 +117,65 @@ CREATE TABLE integrator (
     criado_em          INTEGER NOT NULL,
     atualizado_em      INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- migration: 3
+
+-- Who originated each aggregate: the first integrator whose event named it.
+-- Events of audience "originador" go to this integrator only.
+CREATE TABLE aggregate_owner (
+    agregado      TEXT    PRIMARY KEY,
+    integrador_id TEXT    NOT NULL,
+    criado_em     INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The last X-Geohub-Sequencia given per (integrator, aggregate): bumped in
+-- the transaction that enqueues, so sequences are gapless.
+CREATE TABLE outbox_sequence (
+    integrador_id TEXT    NOT NULL,
+    agregado      TEXT    NOT NULL,
+    ultima        INTEGER NOT NULL,
+    PRIMARY KEY (integrador_id, agregado)
+) WITHOUT ROWID;
+
+-- One row per (event, recipient), written in the event's transaction.
+CREATE TABLE outbox (
+    id                INTEGER PRIMARY KEY,
+    event_id          TEXT    NOT NULL REFERENCES event_log (event_id),
+    sequence_number   INTEGER NOT NULL,
+    integrador_id     TEXT    NOT NULL REFERENCES integrator (id),
+    tipo              TEXT    NOT NULL,
+    agregado          TEXT    NOT NULL,
+    sequencia         INTEGER NOT NULL,
+    corpo             BLOB,             -- the envelope; NULL once purged after delivery
+    status            TEXT    NOT NULL DEFAULT 'pendente'
+                      CHECK (status IN ('pendente', 'processando', 'entregue', 'falhou')),
+    tentativas        INTEGER NOT NULL DEFAULT 0,
+    quedas            INTEGER NOT NULL DEFAULT 0, -- leases that expired: the worker died holding it
+    proxima_tentativa INTEGER NOT NULL,
+    lease_ate         INTEGER,
+    worker            TEXT,
+    ultimo_status     INTEGER,
+    ultimo_erro       TEXT    NOT NULL DEFAULT '',
+    entregue_em       INTEGER,
+    criado_em         INTEGER NOT NULL,
+    UNIQUE (integrador_id, agregado, sequencia),
+    UNIQUE (event_id, integrador_id)
+);
+CREATE INDEX outbox_due_idx     ON outbox (status, proxima_tentativa);
+CREATE INDEX outbox_lease_idx   ON outbox (lease_ate) WHERE status = 'processando';
+CREATE INDEX outbox_integrador_status_idx ON outbox (integrador_id, status);
+CREATE INDEX outbox_purge_idx   ON outbox (entregue_em) WHERE corpo IS NOT NULL AND status = 'entregue';
+
+-- Every delivery attempt, with a fresh X-Geohub-Entrega-Id.
+CREATE TABLE delivery_attempt (
+    id          INTEGER PRIMARY KEY,
+    outbox_id   INTEGER NOT NULL REFERENCES outbox (id),
+    entrega_id  TEXT    NOT NULL,
+    tentativa   INTEGER NOT NULL,
+    inicio      INTEGER NOT NULL,
+    duracao_ms  INTEGER NOT NULL,
+    status_code INTEGER,
+    erro        TEXT    NOT NULL DEFAULT '',
+    resposta    TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX delivery_attempt_outbox_idx ON delivery_attempt (outbox_id);

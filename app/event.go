@@ -49,6 +49,7 @@ type PublishRequest struct {
 type Appended struct {
 	Event       Event
 	FullPayload json.RawMessage
+	Deliveries  int // outbox rows enqueued with it
 }
 
 // EventFilter selects log records; zero values mean "no filter".
@@ -75,11 +76,12 @@ type Page[T any] struct {
 
 // EventLog is the part of the store that keeps events.
 type EventLog interface {
-	// Append inserts ev (its Payload already redacted) unless its event_id
-	// exists. It returns the stored record and whether it was new. The store
-	// commits it in a group transaction and calls the commit hook before
-	// answering, so live consumers see events in sequence order.
-	Append(ctx context.Context, ev Event, full json.RawMessage) (Event, bool, error)
+	// Append inserts ev (its Payload already redacted) and, when out is not
+	// nil, its outbox rows, unless its event_id exists. It returns the stored
+	// record and whether it was new. The store commits it in a group
+	// transaction and calls the commit hook before answering, so live
+	// consumers see events in sequence order.
+	Append(ctx context.Context, ev Event, full json.RawMessage, out *Outbox) (Event, bool, error)
 	Event(ctx context.Context, eventID string) (Event, error)
 	Events(ctx context.Context, f EventFilter) ([]Event, int, error)
 	// EventsAfter returns up to limit records with sequence > after, in

@@ -24,6 +24,7 @@ const DefaultVersao = "1.0.0"
 type Publisher struct {
 	Log          EventLog
 	Registry     *Registry
+	Integrators  *Integrators // routes events to the outbox; nil routes nothing
 	RedactionKey []byte
 	Now          func() time.Time
 	Metrics      *Metrics
@@ -138,8 +139,20 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 	// Live consumers get the payload as sent: valid JSON (it was parsed
 	// above), so it needs no re-encoding.
 	full := raw
-	// 7. Durable append; the store's commit hook delivers to live consumers.
-	stored, created, err := p.Log.Append(ctx, ev, full)
+	// 7. Route, then append the event and its outbox rows in one durable
+	// transaction; the store's commit hook delivers to live consumers and
+	// wakes the dispatcher.
+	out := p.Integrators.outboxFor(ev, tv.Audiencia)
+	if out != nil {
+		sorted, err := sortedPayload(obj)
+		if err != nil {
+			return Event{}, false, fmt.Errorf("encode envelope payload: %w", err)
+		}
+		if out.Body, err = buildEnvelope(ev, sorted); err != nil {
+			return Event{}, false, fmt.Errorf("encode envelope: %w", err)
+		}
+	}
+	stored, created, err := p.Log.Append(ctx, ev, full, out)
 	if err != nil {
 		return Event{}, false, err
 	}

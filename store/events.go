@@ -45,14 +45,21 @@ func (s *writeStmts) close() {
 }
 
 // Append implements app.EventLog.
-func (db *DB) Append(ctx context.Context, ev app.Event, full json.RawMessage) (app.Event, bool, error) {
+func (db *DB) Append(ctx context.Context, ev app.Event, full json.RawMessage, out *app.Outbox) (app.Event, bool, error) {
 	var created bool
+	var stored app.Event
 	err := db.do(ctx, func(tx *wtx) error {
 		var err error
-		ev, created, err = tx.appendEvent(ev, full, db.now())
+		now := db.now()
+		stored, created, err = tx.appendEvent(ev, full, now)
+		if err != nil || !created || out == nil {
+			return err
+		}
+		n, err := tx.enqueue(stored, out, now)
+		tx.appended[len(tx.appended)-1].Deliveries = n
 		return err
 	})
-	return ev, created, err
+	return stored, created, err
 }
 
 // appendEvent inserts ev or, when its event_id exists (also earlier in the

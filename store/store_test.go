@@ -66,7 +66,7 @@ func TestReopenAppliesNoMigrationTwice(t *testing.T) {
 		if v, _ := db.Pragma(t.Context(), "user_version", true); v != want {
 			t.Fatalf("user_version = %s, want %s", v, want)
 		}
-		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil); err != nil {
+		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()
@@ -87,7 +87,7 @@ func TestConcurrentAppendsGetDistinctOrderedSequences(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			ev, created, err := db.Append(t.Context(), newEvent("a:b"), json.RawMessage(`{"full":true}`))
+			ev, created, err := db.Append(t.Context(), newEvent("a:b"), json.RawMessage(`{"full":true}`), nil)
 			if err != nil || !created {
 				t.Errorf("append: created=%v err=%v", created, err)
 			}
@@ -134,7 +134,7 @@ func TestConcurrentDuplicatesInsertOneRow(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			got, c, err := db.Append(t.Context(), ev, nil)
+			got, c, err := db.Append(t.Context(), ev, nil, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -174,7 +174,7 @@ func TestOneFailingOperationDoesNotUndoItsBatch(t *testing.T) {
 					HandlerNome: "h", MensagemErro: "x", UltimaTentativa: time.Now(), CriadoEm: time.Now()})
 				return
 			}
-			_, _, err := db.Append(t.Context(), newEvent("a:b"), nil)
+			_, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil)
 			errs <- err
 		})
 	}
@@ -202,7 +202,7 @@ func TestCursorNeverPassesAnOpenFailure(t *testing.T) {
 	ctx := t.Context()
 	var evs []app.Event
 	for range 5 {
-		ev, _, err := db.Append(ctx, newEvent("a:b"), nil)
+		ev, _, err := db.Append(ctx, newEvent("a:b"), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestCursorNeverPassesAnOpenFailure(t *testing.T) {
 func TestBackupIsAConsistentCopy(t *testing.T) {
 	db := mustOpen(t)
 	for range 20 {
-		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil); err != nil {
+		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -271,7 +271,7 @@ func TestEventsFilterAndPage(t *testing.T) {
 	for i := range 30 {
 		ev := newEvent(fmt.Sprintf("a:t%d", i%3))
 		ev.Agregado = fmt.Sprintf("x:%d", i%2)
-		if _, _, err := db.Append(ctx, ev, nil); err != nil {
+		if _, _, err := db.Append(ctx, ev, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

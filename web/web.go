@@ -33,6 +33,7 @@ type Server struct {
 	Auth      *app.Auth
 	// Integrators is the cadastro of CAD systems.
 	Integrators *app.Integrators
+	Deliveries  *app.Deliveries
 	Logger      *slog.Logger
 	Gatherer    prometheus.Gatherer
 	// Ready reports whether the database is writable and workers run.
@@ -66,6 +67,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/integradores/{id}", s.authed(read, s.getIntegrator))
 	mux.Handle("PATCH /api/integradores/{id}", s.authed(admin, s.patchIntegrator))
 	mux.Handle("POST /api/integradores/{id}/segredo/rotacionar", s.authed(admin, s.rotateSecret))
+
+	mux.Handle("POST /api/integradores/{id}/verificar", s.authed(admin, s.verifyIntegrator))
+	mux.Handle("GET /api/entregas", s.authed(read, s.listDeliveries))
+	mux.Handle("GET /api/entregas/{id}", s.authed(read, s.getDelivery))
+	mux.Handle("POST /api/entregas/{id}/reenviar", s.authed(operate, s.resendDelivery))
+	mux.Handle("POST /api/entregas/reenviar", s.authed(operate, s.resendDeliveries))
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

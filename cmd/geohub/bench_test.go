@@ -175,7 +175,7 @@ type benchCaptureLog struct {
 	last app.Event
 }
 
-func (l *benchCaptureLog) Append(_ context.Context, ev app.Event, _ json.RawMessage) (app.Event, bool, error) {
+func (l *benchCaptureLog) Append(_ context.Context, ev app.Event, _ json.RawMessage, _ *app.Outbox) (app.Event, bool, error) {
 	l.last = ev
 	return ev, true, nil
 }

@@ -54,6 +54,9 @@ type Main struct {
 
 const masterKeyFile = "master.key"
 
+// version goes in the User-Agent of every webhook.
+var version = "dev"
+
 // openData creates the data directory and master key on first use, and
 // opens the database with its migrations applied.
 func openData(ctx context.Context, dir string) (*store.DB, []byte, error) {
@@ -175,7 +178,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Subscribe != nil {
 		m.Subscribe(consumers)
 	}
-	db.OnCommit(consumers.Committed)
+	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
+		Now: time.Now, Logger: logger, Version: version}
+	db.OnCommit(func(batch []app.Appended) {
+		consumers.Committed(batch)
+		for _, a := range batch {
+			if a.Deliveries > 0 {
+				dispatcher.Wake()
+				return
+			}
+		}
+	})
 	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopWorkers()
@@ -184,6 +197,17 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := consumers.Start(runCtx); err != nil {
 		return err
 	}
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		if err := dispatcher.Run(runCtx); err != nil {
+			logger.Error("dispatcher stopped", "err", err)
+		}
+	}()
+	defer func() {
+		stopWorkers()
+		<-dispatched // in-flight deliveries finish or release their leases
+	}()
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "geohub_dlq_pending", Help: "Open (pendente or retrying) DLQ entries.",
 	}, func() float64 {
@@ -195,7 +219,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}))
 
 	srv := &web.Server{
-		Publisher:   &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
+		Publisher: &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
+			RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
+		Deliveries:  &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now},
 		Registry:    registry,
 		Audit:       &app.Audit{Log: db, Store: db},
 		Consumers:   consumers,

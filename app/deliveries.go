@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Deliveries is the operator's view of the outbox: list, inspect, resend.
+type Deliveries struct {
+	Store      OutboxStore
+	Dispatcher *Dispatcher
+	Now        func() time.Time
+}
+
+// List returns one page of deliveries; limite as for events.
+func (s *Deliveries) List(ctx context.Context, f DeliveryFilter) (Page[Delivery], error) {
+	if f.Status != "" && f.Status != EntregaPendente && f.Status != EntregaProcessando &&
+		f.Status != EntregaEntregue && f.Status != EntregaFalhou {
+		return Page[Delivery]{}, &Error{Code: EInvalid, Message: "status inválido",
+			Details: []Detail{{"/status", "deve ser pendente, processando, entregue ou falhou"}}}
+	}
+	if f.Limite <= 0 {
+		f.Limite = DefaultLimite
+	}
+	f.Limite = min(f.Limite, MaxLimite)
+	f.Deslocamento = max(f.Deslocamento, 0)
+	rows, total, err := s.Store.Deliveries(ctx, f)
+	if err != nil {
+		return Page[Delivery]{}, err
+	}
+	return Page[Delivery]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}, nil
+}
+
+// DeliveryDetail is one delivery with every attempt.
+type DeliveryDetail struct {
+	Delivery
+	Tentativas []Attempt `json:"tentativas_registradas"`
+}
+
+// Get returns a delivery and its attempts.
+func (s *Deliveries) Get(ctx context.Context, id int64) (DeliveryDetail, error) {
+	d, attempts, err := s.Store.Delivery(ctx, id)
+	if err == ErrNotFound {
+		return DeliveryDetail{}, Errorf(ENotFound, "entrega não encontrada")
+	}
+	return DeliveryDetail{Delivery: d, Tentativas: attempts}, err
+}
+
+// Resend puts one dead letter back in line: same body, same sequence.
+func (s *Deliveries) Resend(ctx context.Context, id int64) error {
+	err := s.Store.Resend(ctx, id, s.Now())
+	if err == ErrNotFound {
+		return Errorf(ENotFound, "entrega não encontrada")
+	}
+	if err == nil {
+		s.Dispatcher.Wake()
+	}
+	return err
+}
+
+// ResendAll resends an integrator's deliveries in a status (falhou).
+func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (int, error) {
+	if status == "" {
+		status = EntregaFalhou
+	}
+	if status != EntregaFalhou {
+		return 0, &Error{Code: EInvalid, Message: "só entregas falhou podem ser reenviadas",
+			Details: []Detail{{"/status", "deve ser falhou"}}}
+	}
+	if integrador == "" {
+		return 0, &Error{Code: EInvalid, Message: "integrador obrigatório",
+			Details: []Detail{{"/integrador", "obrigatório"}}}
+	}
+	n, err := s.Store.ResendAll(ctx, integrador, status, s.Now())
+	if err == nil && n > 0 {
+		s.Dispatcher.Wake()
+	}
+	return n, err
+}
+
+// Verify sends a signed integracao:verificacao ping straight to the
+// integrator (not through the outbox); a 2xx answer makes it active again.
+func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id string) (Attempt, error) {
+	in, err := integrators.Get(id)
+	if err != nil {
+		return Attempt{}, err
+	}
+	d := s.Dispatcher
+	d.init()
+	now := d.Now().UTC()
+	eventID := uuid.Must(uuid.NewV7()).String()
+	body, err := buildEnvelope(Event{EventID: eventID, Tipo: "integracao:verificacao", VersaoSchema: DefaultVersao,
+		Origem: "geohub", Timestamp: now}, []byte(fmt.Sprintf(`{"integrador":%q}`, in.ID)))
+	if err != nil {
+		return Attempt{}, err
+	}
+	a := Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: 1, Inicio: now}
+	status, _, snippet, err := d.post(ctx, in, Delivery{EventID: eventID, Agregado: "verificacao:" + eventID,
+		Sequencia: 1, Corpo: body}, a.EntregaID, 1)
+	a.DuracaoMS, a.StatusCode, a.Resposta = d.Now().Sub(now).Milliseconds(), status, snippet
+	if err != nil {
+		a.Erro = err.Error()
+		return a, nil
+	}
+	if status >= 200 && status < 300 {
+		ativo := true
+		if _, err := integrators.Update(ctx, id, IntegratorPatch{Ativo: &ativo}); err != nil {
+			return a, err
+		}
+		d.Wake()
+	}
+	return a, nil
+}

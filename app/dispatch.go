@@ -1,0 +1,338 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Delivery defaults (SPEC 6.4).
+const (
+	DeliveryTimeout   = 5 * time.Second
+	DefaultAttempts   = 10
+	MaxQuedas         = 5 // leases lost before a row is poison
+	DefaultSweep      = 15 * time.Second
+	DefaultLease      = 30 * time.Second
+	DefaultRetention  = 7 * 24 * time.Hour
+	responseSnippet   = 512
+	maxResponseDrain  = 64 << 10
+	defaultInFlight   = 32
+	defaultPerIntegr  = 4
+	retryAfterCeiling = time.Hour
+)
+
+// DefaultBackoff is the wait before attempt n+1 after attempt n fails:
+// 1 min doubling up to 1 h, for 10 attempts in all.
+func DefaultBackoff() []time.Duration {
+	out := make([]time.Duration, 0, DefaultAttempts-1)
+	d := time.Minute
+	for range DefaultAttempts - 1 {
+		out = append(out, d)
+		d = min(2*d, time.Hour)
+	}
+	return out
+}
+
+// Dispatcher delivers the outbox: it claims due rows with a lease, signs and
+// posts them, and hands the outcomes back to the store in batches. It is
+// woken right after a commit that enqueued deliveries and sweeps every 15 s
+// for anything missed (retries coming due, expired leases).
+type Dispatcher struct {
+	Store       OutboxStore
+	Integrators *Integrators
+	Policy      CallbackPolicy
+	Now         func() time.Time
+	Logger      *slog.Logger
+	Version     string
+
+	Worker        string        // lease owner id; default a fresh UUID
+	Lease         time.Duration // default 30 s
+	Sweep         time.Duration // default 15 s
+	Retention     time.Duration // delivered bodies kept; default 7 days
+	MaxInFlight   int           // default 32
+	PerIntegrator int           // default 4
+	Jitter        func() float64
+
+	once   sync.Once
+	wake   chan struct{}
+	client *http.Client
+}
+
+func (d *Dispatcher) init() {
+	d.once.Do(func() {
+		d.wake = make(chan struct{}, 1)
+		if d.Worker == "" {
+			d.Worker = uuid.NewString()
+		}
+		if d.Lease == 0 {
+			d.Lease = DefaultLease
+		}
+		if d.Sweep == 0 {
+			d.Sweep = DefaultSweep
+		}
+		if d.Retention == 0 {
+			d.Retention = DefaultRetention
+		}
+		if d.MaxInFlight == 0 {
+			d.MaxInFlight = defaultInFlight
+		}
+		if d.PerIntegrator == 0 {
+			d.PerIntegrator = defaultPerIntegr
+		}
+		if d.Jitter == nil {
+			d.Jitter = rand.Float64
+		}
+		dialer := d.Policy.Dialer(&net.Dialer{Timeout: DeliveryTimeout})
+		d.client = &http.Client{
+			Timeout: DeliveryTimeout,
+			Transport: &http.Transport{
+				DialContext:         dialer.DialContext,
+				Proxy:               nil, // a proxy would dial on our behalf, past the address check
+				TLSHandshakeTimeout: DeliveryTimeout,
+				MaxIdleConnsPerHost: d.PerIntegrator,
+				IdleConnTimeout:     90 * time.Second,
+			},
+			// 3xx is a failure: following it would leave the allowlist.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	})
+}
+
+// Wake asks for a claim now; it never blocks.
+func (d *Dispatcher) Wake() {
+	d.init()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends, then waits for in-flight requests (bounded by
+// the 5 s timeout), records their outcomes and releases its leases.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.init()
+	results := make(chan DeliveryResult, d.MaxInFlight)
+	inFlight := map[string]int{}
+	total := 0
+	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
+	var lastReap time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if ctx.Err() == nil {
+			if now := d.Now(); now.Sub(lastReap) >= d.Sweep {
+				lastReap = now
+				d.housekeep(ctx, now)
+			}
+			for total < d.MaxInFlight {
+				var skip []string
+				for id, n := range inFlight {
+					if n >= d.PerIntegrator {
+						skip = append(skip, id)
+					}
+				}
+				claimed, err := d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, d.MaxInFlight-total,
+					d.PerIntegrator, skip)
+				if err != nil {
+					if ctx.Err() == nil {
+						d.Logger.Error("claim deliveries", "err", err)
+					}
+					break
+				}
+				for _, del := range claimed {
+					inFlight[del.Integrador]++
+					total++
+					go func() { results <- d.deliver(sendCtx, del) }()
+				}
+				if len(claimed) == 0 {
+					break
+				}
+			}
+			timer.Reset(d.untilNext(ctx))
+		} else if total == 0 {
+			if err := d.Store.ReleaseDeliveries(context.WithoutCancel(ctx), d.Worker); err != nil {
+				d.Logger.Error("release leases", "err", err)
+			}
+			return nil
+		}
+		select {
+		case <-d.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			if total == 0 {
+				continue
+			}
+			r := <-results
+			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total)
+		case r := <-results:
+			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total)
+		}
+	}
+}
+
+// drain gathers every outcome already waiting, so one transaction records them.
+func (d *Dispatcher) drain(first DeliveryResult, results chan DeliveryResult) []DeliveryResult {
+	batch := []DeliveryResult{first}
+	for {
+		select {
+		case r := <-results:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+}
+
+func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFlight map[string]int, total *int) {
+	if err := d.Store.FinishDeliveries(ctx, batch); err != nil {
+		// The leases expire and the reaper hands the rows out again:
+		// at-least-once holds, at the cost of a repeat.
+		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
+	}
+	for _, r := range batch {
+		in := r.integrador
+		if inFlight[in]--; inFlight[in] <= 0 {
+			delete(inFlight, in)
+		}
+		*total--
+	}
+}
+
+// untilNext is how long to sleep: until the next retry is due, at most a sweep.
+func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
+	wait := d.Sweep
+	if next, ok, err := d.Store.NextDue(ctx); err == nil && ok {
+		wait = min(wait, max(next.Sub(d.Now()), 10*time.Millisecond))
+	}
+	return wait
+}
+
+func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
+	if n, err := d.Store.ReapDeliveries(ctx, now, MaxQuedas); err != nil {
+		d.Logger.Error("reap expired leases", "err", err)
+	} else if n > 0 {
+		d.Logger.Warn("returned deliveries whose lease expired", "n", n)
+	}
+	if _, err := d.Store.PurgeDelivered(ctx, now.Add(-d.Retention)); err != nil {
+		d.Logger.Error("purge delivered bodies", "err", err)
+	}
+}
+
+// deliver makes one attempt and decides what follows it.
+func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
+	res := DeliveryResult{ID: del.ID, Worker: d.Worker, integrador: del.Integrador}
+	start := d.Now()
+	attempt := del.Tentativas + 1
+	res.Attempt = Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: attempt, Inicio: start}
+	in, err := d.Integrators.Get(del.Integrador)
+	var status int
+	var retryAfter time.Duration
+	if err == nil {
+		status, retryAfter, res.Attempt.Resposta, err = d.post(ctx, in, del, res.Attempt.EntregaID, attempt)
+	}
+	res.Attempt.DuracaoMS = d.Now().Sub(start).Milliseconds()
+	res.Attempt.StatusCode = status
+	switch {
+	case err == nil && status >= 200 && status < 300:
+		res.Status = EntregaEntregue
+		res.Proxima = start
+		return res
+	case err == nil && (status == http.StatusBadRequest || status == http.StatusUnauthorized):
+		// The receiver's protocol answer: the body or signature is wrong,
+		// and a retry would send the same bytes.
+		res.Status = EntregaFalhou
+		res.UltimoErr = fmt.Sprintf("o receptor respondeu %d: não haverá nova tentativa", status)
+		res.Proxima = start
+		return res
+	case err != nil:
+		res.Attempt.Erro = err.Error()
+		res.UltimoErr = err.Error()
+	default:
+		res.UltimoErr = fmt.Sprintf("o receptor respondeu %d", status)
+	}
+	steps := integratorBackoff(in)
+	if attempt > len(steps) {
+		res.Status = EntregaFalhou
+		res.UltimoErr += fmt.Sprintf("; tentativas esgotadas (%d)", attempt)
+		res.Proxima = start
+		return res
+	}
+	wait := steps[attempt-1]
+	wait += time.Duration((d.Jitter()*0.2 - 0.1) * float64(wait)) // ±10%: spread retries of a burst
+	wait = max(wait, min(retryAfter, retryAfterCeiling))
+	res.Status = EntregaPendente
+	res.Proxima = start.Add(wait)
+	return res
+}
+
+// integratorBackoff is the integrator's override when well-formed, else the
+// default schedule.
+func integratorBackoff(in Integrator) []time.Duration {
+	if len(in.Backoff) > 0 {
+		if steps, err := ParseBackoff(in.Backoff); err == nil {
+			return steps
+		}
+	}
+	return DefaultBackoff()
+}
+
+// post sends the signed request and reads the start of the answer.
+func (d *Dispatcher) post(ctx context.Context, in Integrator, del Delivery, entregaID string, attempt int) (int, time.Duration, string, error) {
+	if del.Corpo == nil {
+		return 0, 0, "", errors.New("o corpo da entrega foi expurgado")
+	}
+	current, previous, err := d.Integrators.Secrets(ctx, in.ID)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.CallbackURL, bytes.NewReader(del.Corpo))
+	if err != nil {
+		return 0, 0, "", err
+	}
+	ts := Timestamp(d.Now())
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "Geohub/"+d.Version)
+	h.Set("X-Geohub-Evento-Id", del.EventID)
+	h.Set("X-Geohub-Timestamp", strconv.FormatInt(ts, 10))
+	h.Set("X-Geohub-Assinatura", Sign(current, ts, del.Corpo))
+	if previous != nil {
+		h.Set("X-Geohub-Assinatura-Anterior", Sign(previous, ts, del.Corpo))
+	}
+	h.Set("X-Geohub-Agregado", del.Agregado)
+	h.Set("X-Geohub-Sequencia", strconv.FormatInt(del.Sequencia, 10))
+	h.Set("X-Geohub-Entrega-Id", entregaID)
+	h.Set("X-Geohub-Tentativa", strconv.Itoa(attempt))
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, responseSnippet))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain)) // lets the connection be reused
+	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), d.Now()), string(snippet), nil
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return t.Sub(now)
+	}
+	return 0
+}

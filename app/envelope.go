@@ -1,0 +1,66 @@
+package app
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// envelope is the webhook body (SPEC 6.3). Fields are declared in
+// lexicographic order and the payload is re-encoded from a map, whose keys
+// encoding/json sorts, so the body is canonical: byte for byte the same for
+// every recipient and every attempt.
+type envelope struct {
+	ID         string          `json:"id"`
+	OcorridoEm string          `json:"ocorridoEm"`
+	Origem     envelopeOrigem  `json:"origem"`
+	Payload    json.RawMessage `json:"payload"`
+	Tipo       string          `json:"tipo"`
+}
+
+type envelopeOrigem struct {
+	Autoria     *Autoria `json:"autoria,omitempty"`
+	Plugin      string   `json:"plugin"`
+	Solicitacao string   `json:"solicitacao,omitempty"`
+	Versao      string   `json:"versao"`
+}
+
+// EnvelopeTime is the envelope's ocorridoEm layout: UTC, milliseconds.
+const EnvelopeTime = "2006-01-02T15:04:05.000Z"
+
+// buildEnvelope encodes ev with payload (the full one, keys sorted).
+func buildEnvelope(ev Event, sortedPayload json.RawMessage) ([]byte, error) {
+	var buf jsonBuffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(envelope{
+		ID:         ev.EventID,
+		OcorridoEm: ev.Timestamp.UTC().Format(EnvelopeTime),
+		Origem: envelopeOrigem{Autoria: ev.Autoria, Plugin: ev.Origem, Solicitacao: ev.Solicitacao,
+			Versao: ev.VersaoSchema},
+		Payload: sortedPayload,
+		Tipo:    ev.Tipo,
+	})
+	// Encode ends with a newline, which is not part of the body.
+	return buf.b[:max(len(buf.b)-1, 0)], err
+}
+
+type jsonBuffer struct{ b []byte }
+
+func (j *jsonBuffer) Write(p []byte) (int, error) { j.b = append(j.b, p...); return len(p), nil }
+
+// Sign returns the X-Geohub-Assinatura value for body sent at ts:
+// sha256=hex(HMAC-SHA256(secret, "<ts>.<body>")).
+func Sign(secret []byte, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(strconv.AppendInt(nil, ts, 10))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Timestamp is the X-Geohub-Timestamp value for t.
+func Timestamp(t time.Time) int64 { return t.Unix() }

@@ -1,0 +1,170 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Delivery statuses (SPEC 6.4).
+const (
+	EntregaPendente    = "pendente"
+	EntregaProcessando = "processando"
+	EntregaEntregue    = "entregue"
+	EntregaFalhou      = "falhou"
+)
+
+// Delivery is one outbox row: an event on its way to one integrator.
+type Delivery struct {
+	ID               int64      `json:"id,string"`
+	EventID          string     `json:"event_id"`
+	Integrador       string     `json:"integrador"`
+	Tipo             string     `json:"tipo"`
+	Agregado         string     `json:"agregado"`
+	Sequencia        int64      `json:"sequencia"`
+	Status           string     `json:"status"`
+	Tentativas       int        `json:"tentativas"`
+	ProximaTentativa time.Time  `json:"proxima_tentativa"`
+	UltimoStatus     int        `json:"ultimo_status,omitempty"`
+	UltimoErro       string     `json:"ultimo_erro,omitempty"`
+	EntregueEm       *time.Time `json:"entregue_em,omitempty"`
+	CriadoEm         time.Time  `json:"criado_em"`
+
+	Corpo  []byte `json:"-"` // the envelope; nil once purged
+	Quedas int    `json:"-"`
+}
+
+// Attempt is one recorded delivery attempt.
+type Attempt struct {
+	EntregaID  string    `json:"entrega_id"`
+	Tentativa  int       `json:"tentativa"`
+	Inicio     time.Time `json:"inicio"`
+	DuracaoMS  int64     `json:"duracao_ms"`
+	StatusCode int       `json:"status_code,omitempty"`
+	Erro       string    `json:"erro,omitempty"`
+	Resposta   string    `json:"resposta,omitempty"`
+}
+
+// Outbox is what one publish enqueues, decided inside its append
+// transaction so that the event and its deliveries commit together.
+type Outbox struct {
+	Body     []byte // the envelope, identical for every recipient
+	Agregado string // the sequence key
+	// Claim, when set, makes this integrator the aggregate's originator if
+	// it has none yet.
+	Claim string
+	// NeedsOwner asks the store to look the aggregate's originator up.
+	NeedsOwner bool
+	// Recipients returns the integrators that receive the event, given the
+	// aggregate's originator ("" when it has none).
+	Recipients func(owner string) []string
+}
+
+// DeliveryResult is one finished attempt, reported back to the store in
+// batches.
+type DeliveryResult struct {
+	ID        int64
+	Worker    string
+	Status    string // entregue, pendente (retry) or falhou
+	Proxima   time.Time
+	Attempt   Attempt
+	UltimoErr string
+
+	integrador string // for the dispatcher's in-flight accounting
+}
+
+// DeliveryFilter selects deliveries for GET /api/entregas.
+type DeliveryFilter struct {
+	Integrador, Status, Tipo, Agregado, EventID string
+	Limite, Deslocamento                        int
+}
+
+// OutboxStore keeps deliveries.
+type OutboxStore interface {
+	// ClaimDeliveries leases up to limit due rows to worker, at most
+	// perIntegrator per integrator, interleaving integrators, skipping the
+	// integrators in skip.
+	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, limit, perIntegrator int, skip []string) ([]Delivery, error)
+	FinishDeliveries(ctx context.Context, results []DeliveryResult) error
+	// ReapDeliveries returns rows whose lease expired to pendente, or to
+	// falhou once they took a worker down maxQuedas times.
+	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
+	ReleaseDeliveries(ctx context.Context, worker string) error
+	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
+	NextDue(ctx context.Context) (time.Time, bool, error)
+	Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, int, error)
+	Delivery(ctx context.Context, id int64) (Delivery, []Attempt, error)
+	// Resend puts dead letters back to pendente, same body and sequence.
+	Resend(ctx context.Context, id int64, now time.Time) error
+	ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error)
+}
+
+// sortedPayload re-encodes a decoded payload with its keys sorted, as the
+// envelope requires.
+func sortedPayload(doc map[string]any) (json.RawMessage, error) {
+	return json.Marshal(doc)
+}
+
+// outboxFor routes ev by its type's audience (SPEC 6.2), narrowed by each
+// integrator's eventos patterns. It returns nil when no integrator can
+// receive the event, which spares building the envelope.
+func (s *Integrators) outboxFor(ev Event, audiencia string) *Outbox {
+	if s == nil {
+		return nil
+	}
+	s.mu.RLock()
+	eligible := make(map[string]bool)
+	for _, in := range s.all {
+		if in.Ativo && in.CallbackURL != "" && in.Wants(ev.Tipo) {
+			eligible[in.ID] = true
+		}
+	}
+	s.mu.RUnlock()
+	if len(eligible) == 0 {
+		return nil
+	}
+	var causer string
+	if ev.Autoria != nil && ev.Autoria.Tipo == "integrador" {
+		causer = ev.Autoria.ID
+	}
+	out := &Outbox{Agregado: ev.Agregado}
+	if out.Agregado == "" {
+		// Without an aggregate an event is its own sequence of one.
+		out.Agregado = "evento:" + ev.EventID
+	}
+	pick := func(ids ...string) []string {
+		var r []string
+		for _, id := range ids {
+			if id != "" && eligible[id] && !slices.Contains(r, id) {
+				r = append(r, id)
+			}
+		}
+		return r
+	}
+	switch audiencia {
+	case AudienciaTodos:
+		all := make([]string, 0, len(eligible))
+		for id := range eligible {
+			all = append(all, id)
+		}
+		slices.Sort(all)
+		out.Recipients = func(string) []string { return all }
+	case AudienciaSolicitante:
+		r := pick(causer)
+		if len(r) == 0 {
+			return nil
+		}
+		out.Recipients = func(string) []string { return r }
+	case AudienciaOriginador:
+		if ev.Agregado != "" {
+			out.Claim = causer
+			out.NeedsOwner = true
+		}
+		// The originator, and the causer's own echo.
+		out.Recipients = func(owner string) []string { return pick(owner, causer) }
+	default:
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,302 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"geohub/app"
+)
+
+// enqueue writes ev's outbox rows inside its append transaction, each with
+// the next gapless sequence of its (integrator, aggregate).
+func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error) {
+	var owner string
+	if out.NeedsOwner {
+		if out.Claim != "" {
+			if _, err := tx.Exec(`INSERT INTO aggregate_owner (agregado, integrador_id, criado_em) VALUES (?, ?, ?)
+				ON CONFLICT (agregado) DO NOTHING`, out.Agregado, out.Claim, ms(now)); err != nil {
+				return 0, fmt.Errorf("claim aggregate: %w", err)
+			}
+		}
+		err := tx.QueryRow(`SELECT integrador_id FROM aggregate_owner WHERE agregado = ?`, out.Agregado).Scan(&owner)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("read aggregate owner: %w", err)
+		}
+	}
+	recipients := out.Recipients(owner)
+	for _, id := range recipients {
+		var seq int64
+		if err := tx.QueryRow(`INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES (?, ?, 1)
+			ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = ultima + 1 RETURNING ultima`,
+			id, out.Agregado).Scan(&seq); err != nil {
+			return 0, fmt.Errorf("next sequence: %w", err)
+		}
+		if _, err := tx.Exec(`INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
+			sequencia, corpo, proxima_tentativa, criado_em) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq, out.Body, ms(now), ms(now)); err != nil {
+			return 0, fmt.Errorf("enqueue delivery: %w", err)
+		}
+	}
+	return len(recipients), nil
+}
+
+const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em`
+
+func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
+	var d app.Delivery
+	var proxima, criado int64
+	var ultimo, entregue sql.NullInt64
+	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado}
+	if withBody {
+		dest = append(dest, &d.Corpo)
+	}
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return d, app.ErrNotFound
+		}
+		return d, err
+	}
+	d.ProximaTentativa, d.CriadoEm = fromMS(proxima), fromMS(criado)
+	d.UltimoStatus = int(ultimo.Int64)
+	if entregue.Valid {
+		t := fromMS(entregue.Int64)
+		d.EntregueEm = &t
+	}
+	return d, nil
+}
+
+// ClaimDeliveries implements app.OutboxStore. ROW_NUMBER per integrator
+// interleaves integrators, so one backlog never fills a claim by itself.
+func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration,
+	limit, perIntegrator int, skip []string) ([]app.Delivery, error) {
+	var out []app.Delivery
+	err := db.do(ctx, func(tx *wtx) error {
+		out = out[:0]
+		args := []any{ms(now)}
+		exclude := ""
+		if len(skip) > 0 {
+			exclude = " AND o.integrador_id NOT IN (?" + strings.Repeat(", ?", len(skip)-1) + ")"
+			for _, s := range skip {
+				args = append(args, s)
+			}
+		}
+		args = append(args, perIntegrator, limit, ms(now.Add(lease)), worker)
+		rows, err := tx.QueryContext(ctx, `WITH due AS (
+				SELECT o.id, ROW_NUMBER() OVER (PARTITION BY o.integrador_id ORDER BY o.proxima_tentativa, o.id) AS rn
+				FROM outbox o JOIN integrator i ON i.id = o.integrador_id
+				WHERE o.status = 'pendente' AND o.proxima_tentativa <= ? AND i.ativo = 1`+exclude+`
+			), picked AS (
+				SELECT id FROM due WHERE rn <= ? ORDER BY rn, id LIMIT ?
+			)
+			UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
+			WHERE id IN (SELECT id FROM picked)
+			RETURNING `+deliveryColumns+`, corpo`, args...)
+		if err != nil {
+			return fmt.Errorf("claim deliveries: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			d, err := scanDelivery(rows, true)
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// FinishDeliveries implements app.OutboxStore: one transaction for a batch
+// of outcomes. A row whose lease this worker lost (the reaper gave it to
+// another) is left alone, but its attempt is still recorded.
+func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult) error {
+	return db.do(ctx, func(tx *wtx) error {
+		for _, r := range results {
+			var entregue any
+			if r.Status == app.EntregaEntregue {
+				entregue = ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
+			}
+			var code any
+			if r.Attempt.StatusCode != 0 {
+				code = r.Attempt.StatusCode
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
+				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
+				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`,
+				r.Status, ms(r.Proxima), code, r.UltimoErr, entregue, r.ID, r.Worker); err != nil {
+				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
+			}
+			a := r.Attempt
+			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
+				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+				r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
+				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ReapDeliveries implements app.OutboxStore.
+func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE outbox SET
+				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
+				status = CASE WHEN quedas + 1 >= ?1 THEN 'falhou' ELSE 'pendente' END,
+				ultimo_erro = CASE WHEN quedas + 1 >= ?1
+					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
+					ELSE ultimo_erro END
+			WHERE status = 'processando' AND lease_ate < ?2`, maxQuedas, ms(now))
+		if err != nil {
+			return fmt.Errorf("reap deliveries: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// ReleaseDeliveries implements app.OutboxStore: on shutdown, this worker's
+// leases go back to pendente at once instead of waiting to expire.
+func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+			WHERE status = 'processando' AND worker = ?`, worker)
+		return err
+	})
+}
+
+// PurgeDelivered implements app.OutboxStore.
+func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE outbox SET corpo = NULL
+			WHERE corpo IS NOT NULL AND status = 'entregue' AND entregue_em < ?`, ms(before))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// NextDue implements app.OutboxStore: when the earliest pending row is due.
+func (db *DB) NextDue(ctx context.Context) (time.Time, bool, error) {
+	var next sql.NullInt64
+	err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox WHERE status = 'pendente'`).Scan(&next)
+	if err != nil || !next.Valid {
+		return time.Time{}, false, err
+	}
+	return fromMS(next.Int64), true, nil
+}
+
+// Deliveries implements app.OutboxStore.
+func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Delivery, int, error) {
+	var where []string
+	var args []any
+	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
+		{"tipo", f.Tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	var total int
+	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM outbox"+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count deliveries: %w", err)
+	}
+	rows, err := db.read.QueryContext(ctx, "SELECT "+deliveryColumns+" FROM outbox"+cond+
+		" ORDER BY id LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query deliveries: %w", err)
+	}
+	defer rows.Close()
+	out := []app.Delivery{}
+	for rows.Next() {
+		d, err := scanDelivery(rows, false)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, d)
+	}
+	return out, total, rows.Err()
+}
+
+// Delivery implements app.OutboxStore.
+func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attempt, error) {
+	d, err := scanDelivery(db.read.QueryRowContext(ctx, "SELECT "+deliveryColumns+", corpo FROM outbox WHERE id = ?", id), true)
+	if err != nil {
+		return d, nil, err
+	}
+	rows, err := db.read.QueryContext(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta
+		FROM delivery_attempt WHERE outbox_id = ? ORDER BY id`, id)
+	if err != nil {
+		return d, nil, err
+	}
+	defer rows.Close()
+	attempts := []app.Attempt{}
+	for rows.Next() {
+		var a app.Attempt
+		var inicio int64
+		var code sql.NullInt64
+		if err := rows.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta); err != nil {
+			return d, nil, err
+		}
+		a.Inicio, a.StatusCode = fromMS(inicio), int(code.Int64)
+		attempts = append(attempts, a)
+	}
+	return d, attempts, rows.Err()
+}
+
+// Resend implements app.OutboxStore: a dead letter goes back to pendente
+// with its body and sequence; a purged body cannot be resent.
+func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var status string
+		var purged bool
+		err := tx.QueryRowContext(ctx, `SELECT status, corpo IS NULL FROM outbox WHERE id = ?`, id).Scan(&status, &purged)
+		if errors.Is(err, sql.ErrNoRows) {
+			return app.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if status != app.EntregaFalhou {
+			return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
+		}
+		if purged {
+			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado")
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+			quedas = 0 WHERE id = ?`, ms(now), id)
+		return err
+	})
+}
+
+// ResendAll implements app.OutboxStore.
+func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+			quedas = 0 WHERE integrador_id = ? AND status = ? AND corpo IS NOT NULL`, ms(now), integrador, status)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}

@@ -1,0 +1,103 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+
+	"geohub/app"
+)
+
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := knownParams(q, "integrador", "status", "tipo", "agregado", "event_id", "limite", "deslocamento"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := app.DeliveryFilter{Integrador: q.Get("integrador"), Status: q.Get("status"), Tipo: q.Get("tipo"),
+		Agregado: q.Get("agregado"), EventID: q.Get("event_id")}
+	var bad []app.Detail
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"limite", &f.Limite}, {"deslocamento", &f.Deslocamento}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				bad = append(bad, app.Detail{Caminho: "/" + p.name, Mensagem: "deve ser um inteiro não negativo"})
+			}
+			*p.dst = n
+		}
+	}
+	if len(bad) > 0 {
+		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
+		return
+	}
+	page, err := s.Deliveries.List(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func deliveryID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, app.Errorf(app.ENotFound, "entrega não encontrada")
+	}
+	return id, nil
+}
+
+func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
+	id, err := deliveryID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.Deliveries.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) resendDelivery(w http.ResponseWriter, r *http.Request) {
+	id, err := deliveryID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.Deliveries.Resend(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reenviadas": 1})
+}
+
+func (s *Server) resendDeliveries(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Integrador string `json:"integrador"`
+		Status     string `json:"status"`
+	}
+	if err := decodeJSON(r, &body); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	n, err := s.Deliveries.ResendAll(r.Context(), body.Integrador, body.Status)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reenviadas": n})
+}
+
+func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
+	a, err := s.Deliveries.Verify(r.Context(), s.Integrators, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
+	writeJSON(w, http.StatusOK, map[string]any{"verificado": ok, "tentativa": a})
+}
