@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -145,11 +146,18 @@ func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, 
 	if f.Agregado != "" {
 		add("agregado = ?", f.Agregado)
 	}
-	if !f.TimestampInicio.IsZero() {
-		add("timestamp >= ?", ms(f.TimestampInicio))
-	}
-	if !f.TimestampFim.IsZero() {
-		add("timestamp <= ?", ms(f.TimestampFim))
+	// A time range binds both ends: with one bound and ORDER BY rowid the
+	// planner prefers walking the whole table to the timestamp index.
+	if !f.TimestampInicio.IsZero() || !f.TimestampFim.IsZero() {
+		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+		if !f.TimestampInicio.IsZero() {
+			lo = ms(f.TimestampInicio)
+		}
+		if !f.TimestampFim.IsZero() {
+			hi = ms(f.TimestampFim)
+		}
+		add("timestamp >= ?", lo)
+		add("timestamp <= ?", hi)
 	}
 	if f.SequenceInicio > 0 {
 		add("sequence_number >= ?", f.SequenceInicio)

@@ -1,0 +1,345 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/store"
+)
+
+// outboxKit is a wired outbox on a real SQLite file: publisher, cadastro,
+// dispatcher on a fake clock. Loopback receivers need the insecure policy.
+type outboxKit struct {
+	db          *store.DB
+	pub         *app.Publisher
+	integrators *app.Integrators
+	dispatcher  *app.Dispatcher
+	deliveries  *app.Deliveries
+	clock       *fakeClock
+}
+
+func newOutboxKit(t *testing.T) *outboxKit {
+	t.Helper()
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Now().UTC().Truncate(time.Millisecond)} // the store keeps milliseconds
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := append([]app.TypeVersion{}, testTypes...)
+	for _, aud := range []string{app.AudienciaOriginador, app.AudienciaSolicitante} {
+		types = append(types, app.TypeVersion{Tipo: "teste:" + aud, Versao: "1.0.0", Audiencia: aud,
+			Schema: json.RawMessage(`{"type":"object"}`), Redacao: redact.Rules{Manter: []string{""}}})
+	}
+	for _, tv := range types {
+		if _, _, err := reg.Register(ctx, tv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sealer, _ := app.NewSealer(make([]byte, 32))
+	policy := app.CallbackPolicy{Insecure: true}
+	ins := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now, Policy: policy}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
+		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8}
+	db.OnCommit(func(b []app.Appended) { d.Wake() })
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done; db.Close() })
+	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock,
+		deliveries: &app.Deliveries{Store: db, Dispatcher: d, Now: clock.Now},
+		pub:        &app.Publisher{Log: db, Registry: reg, Integrators: ins, RedactionKey: make([]byte, 32), Now: clock.Now}}
+}
+
+// receiver is a loopback CAD endpoint that records every request and
+// answers with reply (204 when nil).
+type receiver struct {
+	*httptest.Server
+	mu    sync.Mutex
+	got   []received
+	reply func(n int, r *http.Request) int
+}
+
+type received struct {
+	header http.Header
+	body   []byte
+}
+
+func newReceiver(t *testing.T, reply func(n int, r *http.Request) int) *receiver {
+	rc := &receiver{reply: reply}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		rc.got = append(rc.got, received{r.Header.Clone(), body})
+		n := len(rc.got)
+		rc.mu.Unlock()
+		status := 204
+		if rc.reply != nil {
+			status = rc.reply(n, r)
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) requests() []received {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]received(nil), rc.got...)
+}
+
+func (k *outboxKit) integrator(t *testing.T, rc *receiver, patch func(*app.NewIntegrator)) app.CreatedIntegrator {
+	t.Helper()
+	req := app.NewIntegrator{Nome: "CAD " + rc.URL, CallbackURL: rc.URL + "/geohub/eventos", HostsPermitidos: []string{"127.0.0.1"}}
+	if patch != nil {
+		patch(&req)
+	}
+	c, err := k.integrators.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (k *outboxKit) publish(t *testing.T, tipo, agregado string, autoria *app.Autoria) app.Event {
+	t.Helper()
+	ev, _, err := k.pub.Publish(context.Background(), app.PublishRequest{Tipo: tipo, Origem: "teste", Agregado: agregado,
+		Autoria: autoria, Payload: json.RawMessage(`{"n": 1, "cpf": "12345678901", "z": {"b": 2, "a": 1}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func (k *outboxKit) delivery(t *testing.T, eventID, integrador string) app.Delivery {
+	t.Helper()
+	page, err := k.deliveries.List(context.Background(), app.DeliveryFilter{EventID: eventID, Integrador: integrador})
+	if err != nil || len(page.Linhas) != 1 {
+		t.Fatalf("delivery of %s to %s: %v %+v", eventID, integrador, err, page)
+	}
+	return page.Linhas[0]
+}
+
+// verify applies seed 000's receiver rules: signature over the raw body with
+// the secret, timestamp within five minutes.
+func verify(t *testing.T, r received, secret string, now time.Time) {
+	t.Helper()
+	ts, err := strconv.ParseInt(r.header.Get("X-Geohub-Timestamp"), 10, 64)
+	if err != nil || now.Sub(time.Unix(ts, 0)).Abs() > 5*time.Minute {
+		t.Fatalf("timestamp %q outside the window", r.header.Get("X-Geohub-Timestamp"))
+	}
+	if got, want := r.header.Get("X-Geohub-Assinatura"), app.Sign([]byte(secret), ts, r.body); got != want {
+		t.Fatalf("signature %s, want %s", got, want)
+	}
+	for _, h := range []string{"X-Geohub-Evento-Id", "X-Geohub-Agregado", "X-Geohub-Sequencia", "X-Geohub-Entrega-Id", "X-Geohub-Tentativa"} {
+		if r.header.Get(h) == "" {
+			t.Fatalf("missing header %s", h)
+		}
+	}
+	if r.header.Get("Content-Type") != "application/json" || !strings.HasPrefix(r.header.Get("User-Agent"), "Geohub/") {
+		t.Fatalf("headers %v", r.header)
+	}
+}
+
+func TestDeliveryIsSignedOrderedAndIdenticalForEveryRecipient(t *testing.T) {
+	k := newOutboxKit(t)
+	ra, rb := newReceiver(t, nil), newReceiver(t, nil)
+	a := k.integrator(t, ra, nil)
+	b := k.integrator(t, rb, func(n *app.NewIntegrator) { n.Eventos = []string{"teste:a"} })
+	for i := range 8 {
+		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i%2), nil)
+	}
+	k.publish(t, "teste:b", "x:0", nil) // b's patterns exclude it
+	waitFor(t, "deliveries", func() bool { return len(ra.requests()) == 9 && len(rb.requests()) == 8 })
+	bodies := map[string]string{}
+	for _, r := range ra.requests() {
+		verify(t, r, a.Segredo, k.clock.Now())
+		bodies[r.header.Get("X-Geohub-Evento-Id")] = string(r.body)
+	}
+	seqs := map[string][]int{}
+	for _, r := range rb.requests() {
+		verify(t, r, b.Segredo, k.clock.Now())
+		if bodies[r.header.Get("X-Geohub-Evento-Id")] != string(r.body) {
+			t.Fatal("the envelope differs between recipients")
+		}
+		n, _ := strconv.Atoi(r.header.Get("X-Geohub-Sequencia"))
+		seqs[r.header.Get("X-Geohub-Agregado")] = append(seqs[r.header.Get("X-Geohub-Agregado")], n)
+	}
+	for agg, got := range seqs {
+		slicesSortInts(got)
+		if fmt.Sprint(got) != "[1 2 3 4]" {
+			t.Fatalf("sequences of %s: %v, want 1..4 without gaps", agg, got)
+		}
+	}
+	var env map[string]any
+	json.Unmarshal([]byte(bodies[ra.requests()[0].header.Get("X-Geohub-Evento-Id")]), &env)
+	if env["payload"].(map[string]any)["cpf"] != "12345678901" {
+		t.Fatal("the webhook carries the full payload")
+	}
+}
+
+func slicesSortInts(s []int) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+func TestProtocolAnswersDeadLetterAtOnce(t *testing.T) {
+	for _, code := range []int{400, 401} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			k := newOutboxKit(t)
+			rc := newReceiver(t, func(int, *http.Request) int { return code })
+			in := k.integrator(t, rc, nil)
+			ev := k.publish(t, "teste:a", "x:1", nil)
+			waitFor(t, "dead letter", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaFalhou })
+			k.clock.Add(2 * time.Hour)
+			k.dispatcher.Wake()
+			k.publish(t, "teste:a", "x:2", nil) // a later delivery proves the dispatcher ran again
+			waitFor(t, "second event", func() bool { return len(rc.requests()) == 2 })
+			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
+				t.Fatalf("a %d answer was retried: %+v", code, d)
+			}
+		})
+	}
+}
+
+func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
+	k := newOutboxKit(t)
+	var mu sync.Mutex
+	healthy := false
+	rc := newReceiver(t, func(n int, r *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if healthy {
+			return 204
+		}
+		return 503
+	})
+	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"5s", "30s"} })
+	k.publish(t, "teste:a", "x:1", nil) // sequence 1 of x:1
+	ev := k.publish(t, "teste:a", "x:1", nil)
+	start := k.clock.Now()
+	waitFor(t, "first attempts", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	d := k.delivery(t, ev.EventID, in.ID)
+	if d.Status != app.EntregaPendente || d.ProximaTentativa.Sub(start) != 5*time.Second {
+		t.Fatalf("after one failure: %+v (want a retry 5 s later)", d)
+	}
+	k.dispatcher.Wake() // not due yet: nothing is sent
+	k.clock.Add(6 * time.Second)
+	k.dispatcher.Wake()
+	waitFor(t, "second attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 2 })
+	k.clock.Add(31 * time.Second)
+	k.dispatcher.Wake()
+	waitFor(t, "attempts exhausted", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaFalhou })
+	if n := k.delivery(t, ev.EventID, in.ID).Tentativas; n != 3 {
+		t.Fatalf("%d attempts, want 3 (two backoff steps)", n)
+	}
+
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	if err := k.deliveries.Resend(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "resend", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+	var mine []received
+	for _, r := range rc.requests() {
+		if r.header.Get("X-Geohub-Evento-Id") == ev.EventID {
+			mine = append(mine, r)
+		}
+	}
+	if len(mine) != 4 {
+		t.Fatalf("%d requests for the event, want 4", len(mine))
+	}
+	for i, r := range mine {
+		if r.header.Get("X-Geohub-Sequencia") != "2" || string(r.body) != string(mine[0].body) {
+			t.Fatalf("attempt %d changed the sequence or the body", i+1)
+		}
+		if i > 0 && r.header.Get("X-Geohub-Entrega-Id") == mine[i-1].header.Get("X-Geohub-Entrega-Id") {
+			t.Fatal("every attempt needs its own delivery id")
+		}
+	}
+	detail, _ := k.deliveries.Get(context.Background(), d.ID)
+	if len(detail.Tentativas) != 4 || detail.Tentativas[0].StatusCode != 503 {
+		t.Fatalf("attempts recorded: %+v", detail.Tentativas)
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	k := newOutboxKit(t)
+	rc := newReceiver(t, func(n int, r *http.Request) int { return 429 })
+	rc.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(429)
+	})
+	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"5s"} })
+	start := k.clock.Now()
+	ev := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	if d := k.delivery(t, ev.EventID, in.ID); d.ProximaTentativa.Sub(start) < 120*time.Second {
+		t.Fatalf("Retry-After ignored: next attempt at +%v", d.ProximaTentativa.Sub(start))
+	}
+}
+
+func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
+	k := newOutboxKit(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	dead := newReceiver(t, func(int, *http.Request) int { <-hang; return 204 })
+	healthy := newReceiver(t, nil)
+	k.integrator(t, dead, nil)
+	k.integrator(t, healthy, nil)
+	for i := range 30 {
+		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
+	}
+	// The dead one holds at most PerIntegrator requests; the rest flow.
+	waitFor(t, "healthy deliveries", func() bool { return len(healthy.requests()) == 30 })
+	if n := len(dead.requests()); n > 2 {
+		t.Fatalf("%d requests in flight to one integrator, want at most 2", n)
+	}
+}
+
+func TestRoutingByAudience(t *testing.T) {
+	k := newOutboxKit(t)
+	ra, rb := newReceiver(t, nil), newReceiver(t, nil)
+	a := k.integrator(t, ra, nil)
+	b := k.integrator(t, rb, nil)
+	byA := &app.Autoria{ID: a.ID, Tipo: "integrador"}
+	byB := &app.Autoria{ID: b.ID, Tipo: "integrador"}
+	k.publish(t, "teste:originador", "oc:1", byA)   // a originates oc:1
+	k.publish(t, "teste:originador", "oc:1", nil)   // system event on oc:1: to a only
+	k.publish(t, "teste:solicitante", "sol:1", byB) // command outcome: to b only
+	k.publish(t, "teste:a", "x:1", nil)             // todos: both
+	waitFor(t, "deliveries", func() bool { return len(ra.requests()) == 3 && len(rb.requests()) == 2 })
+	for _, r := range rb.requests() {
+		if r.header.Get("X-Geohub-Agregado") == "oc:1" {
+			t.Fatal("an originador event reached another integrator")
+		}
+	}
+	if got := ra.requests(); got[1].header.Get("X-Geohub-Sequencia") != "2" && got[0].header.Get("X-Geohub-Sequencia") != "2" {
+		t.Fatal("oc:1 sequences must count 1, 2 for its originator")
+	}
+}

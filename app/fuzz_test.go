@@ -1,0 +1,341 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/store"
+)
+
+// fuzzSecret marks personal data in fuzzed payloads: wherever the rules do
+// not keep it verbatim, it must never reach the log.
+const fuzzSecret = "SEGREDO-FUZZ"
+
+const (
+	fuzzTipo       = "fuzz:registro"
+	fuzzDeprecated = "2.0.0" // a deprecated version of fuzzTipo
+)
+
+var fuzzType = app.TypeVersion{Tipo: fuzzTipo, Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+	Schema: json.RawMessage(`{
+		"type": "object",
+		"required": ["id", "local"],
+		"properties": {
+			"id": {"type": "string", "format": "uuid"},
+			"nota": {"type": "string", "maxLength": 200},
+			"local": {"type": "object", "required": ["lat", "lng"],
+				"properties": {"lat": {"type": "number", "minimum": -90, "maximum": 90},
+				               "lng": {"type": "number", "minimum": -180, "maximum": 180}}},
+			"servidor": {"type": "object",
+				"properties": {"nome": {"type": "string"}, "cpf": {"type": "string", "pattern": "^[0-9]{11}$"}}},
+			"itens": {"type": "array", "maxItems": 20,
+				"items": {"type": "object", "properties": {"codigo": {"type": ["string", "integer"]}}}}
+		}
+	}`),
+	Redacao: redact.Rules{
+		Manter:     []string{"/id", "/nota", "/itens/*/codigo"},
+		Hash:       []string{"/servidor/cpf"},
+		Arredondar: []string{"/local"},
+	}}
+
+// fuzzKept are the manter paths of fuzzType, as steps (* = every element).
+var fuzzKept = [][]string{{"id"}, {"nota"}, {"itens", "*", "codigo"}}
+
+var fuzzCodes = map[app.Code]bool{app.EInvalid: true, app.EMalformed: true, app.ENotFound: true,
+	app.EConflict: true, app.EUnauthorized: true, app.EForbidden: true, app.ETooLarge: true,
+	app.ERateLimited: true, app.EUnavailable: true, app.EInternal: true}
+
+// FuzzPublish drives Publish with arbitrary fields on one real store and
+// checks its contract: a coded error with a located finding, or a stored,
+// redacted record and exactly one more row (none for a repeat).
+func FuzzPublish(f *testing.F) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(f.TempDir(), store.FileName), store.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { db.Close() })
+	var (
+		mu        sync.Mutex
+		committed []app.Appended
+	)
+	db.OnCommit(func(b []app.Appended) {
+		mu.Lock()
+		committed = append(committed, b...)
+		mu.Unlock()
+	})
+	reg, err := app.NewRegistry(ctx, db, time.Now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	deprecated := fuzzType
+	deprecated.Versao = fuzzDeprecated
+	for _, tv := range []app.TypeVersion{fuzzType, deprecated} {
+		if _, _, err := reg.Register(ctx, tv); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if _, err := reg.SetStatus(ctx, fuzzTipo, fuzzDeprecated, app.StatusDeprecado); err != nil {
+		f.Fatal(err)
+	}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now}
+
+	const (
+		id1 = "0199bb3e-0000-7000-8000-00000000004a"
+		id2 = "0199BB3E-0000-7000-8000-00000000004B"
+		ok  = `{"id":"0199bb3e-0000-7000-8000-000000000001","nota":"ok","local":{"lat":-23.55052,"lng":-46.63331,"rua":"SEGREDO-FUZZ"},` +
+			`"servidor":{"nome":"SEGREDO-FUZZ","cpf":"12345678901"},"itens":[{"codigo":"a","segredo":"SEGREDO-FUZZ"},{"codigo":7}],"SEGREDO-FUZZ":1}`
+	)
+	seeds := []struct {
+		tipo, origem, eventID, ts, corr, versao string
+		payload                                 string
+	}{
+		{fuzzTipo, "rh", "", "", "", "", ok},
+		{fuzzTipo, "rh", id1, "2026-11-30T08:00:00Z", id1, "1.0.0", ok},
+		{fuzzTipo, "rh", id1, "2026-11-30T08:00:00Z", id1, "1.0.0", ok}, // repeat
+		{fuzzTipo, "rh", id2, "2026-11-30T08:00:00.123456789-03:00", "", "", ok},
+		{fuzzTipo, "rh", id1, "", "", fuzzDeprecated, ok}, // repeat of a now-refused event
+		{fuzzTipo, "rh", "", "", "", fuzzDeprecated, ok},
+		{fuzzTipo, "rh", "", "", "", "9.9.9", ok},
+		{"fuzz:nao-existe", "rh", "", "", "", "", ok},
+		{"", "", "", "", "", "", ok},
+		{fuzzTipo, " ", "", "", "", "", ok},
+		{fuzzTipo, "rh", "nao-uuid", "ontem", "nao-uuid", "", ok},
+		{fuzzTipo, "rh", "{" + id1 + "}", "2026-11-30 08:00:00", "urn:uuid:" + id1, "", ok},
+		{fuzzTipo, strings.Repeat("o", 101), "", "", "", "", ok},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"x","local":{"lat":91,"lng":"a"},"servidor":{"cpf":"SEGREDO-FUZZ"},"itens":[1,{"codigo":1.5}]}`},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"0199bb3e-0000-7000-8000-000000000001","local":{"lat":1,"lng":2},"a/b~c":{"SEGREDO-FUZZ":[null,true]}}`},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"0199bb3e-0000-7000-8000-000000000001","local":{"lat":1e-7,"lng":-179.9995},"itens":[]}`},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"0199bb3e-0000-7000-8000-000000000001","local":{"lat":1,"lng":2},"nota":"SEGREDO-FUZZ kept"}`},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"0199bb3e-0000-7000-8000-000000000001","id":"dup","local":{"lat":1,"lng":2}}`},
+		{fuzzTipo, "rh", "", "", "", "", `{"id":"0199bb3e-0000-7000-8000-000000000001","local":{"lat":1,"lng":2}} {}`},
+		{fuzzTipo, "rh", "", "", "", "", ` {"local":`},
+		{fuzzTipo, "rh", "", "", "", "", `null`},
+		{fuzzTipo, "rh", "", "", "", "", `[{}]`},
+		{fuzzTipo, "rh", "", "", "", "", `"SEGREDO-FUZZ"`},
+		{fuzzTipo, "rh", "", "", "", "", ``},
+		{fuzzTipo, "rh", "", "", "", "", "{\"id\":\"\xff\",\"local\":{\"lat\":0,\"lng\":0}}"},
+		{fuzzTipo, "rh", "", "", "", "", "{\"id\":\"0199bb3e-0000-7000-8000-000000000001\",\"nota\":\"\xff<&>\",\"local\":{\"lat\":0,\"lng\":0}}"},
+	}
+	for _, s := range seeds {
+		f.Add(s.tipo, s.origem, s.eventID, s.ts, s.corr, s.versao, []byte(s.payload))
+	}
+
+	f.Fuzz(func(t *testing.T, tipo, origem, eventID, ts, corr, versao string, payload []byte) {
+		req := app.PublishRequest{Tipo: tipo, Origem: origem, EventID: eventID, Timestamp: ts,
+			CorrelacaoID: corr, VersaoSchema: versao, Payload: json.RawMessage(payload)}
+		before, err := db.CountEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		committed = nil
+		mu.Unlock()
+
+		ev, created, err := pub.Publish(ctx, req)
+
+		after, cerr := db.CountEvents(ctx)
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		mu.Lock()
+		hooked := committed
+		mu.Unlock()
+		if err != nil {
+			t.Logf("refused: %v %+v", err, fuzzDetails(err))
+			fuzzCheckError(t, err)
+			if after != before || len(hooked) != 0 {
+				t.Fatalf("a refused publish changed the log: %d -> %d rows, %d emitted", before, after, len(hooked))
+			}
+			return
+		}
+
+		t.Logf("published: created=%v sequence=%d payload=%s", created, ev.Sequence, ev.Payload)
+		if want := before + map[bool]int64{true: 1, false: 0}[created]; after != want {
+			t.Fatalf("created=%v but the log went from %d to %d rows", created, before, after)
+		}
+		switch {
+		case created && (len(hooked) != 1 || hooked[0].Event.Sequence != ev.Sequence):
+			t.Fatalf("a new event must be emitted once, got %d emissions", len(hooked))
+		case !created && len(hooked) != 0:
+			t.Fatalf("a repeat was emitted again")
+		case created && !json.Valid(hooked[0].FullPayload):
+			t.Fatalf("live consumers got an invalid full payload: %q", hooked[0].FullPayload)
+		}
+		if !created && eventID == "" {
+			t.Fatalf("created=false without an event_id to repeat")
+		}
+
+		stored, err := db.Event(ctx, ev.EventID)
+		if err != nil {
+			t.Fatalf("read back %s: %v", ev.EventID, err)
+		}
+		if stored.Sequence != ev.Sequence || stored.Tipo != ev.Tipo || stored.Origem != ev.Origem ||
+			stored.CorrelacaoID != ev.CorrelacaoID || !stored.Timestamp.Equal(ev.Timestamp) ||
+			!bytes.Equal(stored.Payload, ev.Payload) {
+			t.Fatalf("returned record differs from the stored one:\n returned %+v\n stored   %+v", ev, stored)
+		}
+		if !json.Valid(stored.Payload) {
+			t.Fatalf("stored payload is not valid JSON: %q", stored.Payload)
+		}
+		if !created {
+			return // the first publish of this id was checked when it was made
+		}
+		if stored.Tipo != tipo || stored.VersaoSchema != "1.0.0" {
+			t.Fatalf("stored %s@%s from a publish of %q@%q", stored.Tipo, stored.VersaoSchema, tipo, versao)
+		}
+		fuzzCheckRedacted(t, payload, stored.Payload)
+	})
+}
+
+// fuzzCheckError checks the one error shape the API promises.
+func fuzzCheckError(t *testing.T, err error) {
+	t.Helper()
+	var e *app.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("uncoded error %T: %v", err, err)
+	}
+	if !fuzzCodes[e.Code] || e.Message == "" {
+		t.Fatalf("error with unknown code or no message: %+v", e)
+	}
+	if e.Code == app.EInvalid && len(e.Details) == 0 {
+		t.Fatalf("validation error without a finding: %+v", e)
+	}
+	for _, d := range e.Details {
+		if !strings.HasPrefix(d.Caminho, "/") {
+			t.Fatalf("finding not located by a JSON pointer: %+v in %+v", d, e)
+		}
+	}
+}
+
+// fuzzCheckRedacted checks the stored payload against fuzzType's rules: only
+// named members, the CPF hashed, the location rounded, and the secret marker
+// gone unless a kept value carries it.
+func fuzzCheckRedacted(t *testing.T, sent []byte, stored json.RawMessage) {
+	t.Helper()
+	in := fuzzDecode(t, bytes.TrimSpace(sent))
+	out := fuzzDecode(t, stored)
+	obj, ok := out.(map[string]any)
+	if !ok {
+		t.Fatalf("stored payload is not an object: %s", stored)
+	}
+	for k, v := range obj {
+		switch k {
+		case "id", "nota":
+		case "servidor":
+			s, _ := v.(map[string]any)
+			h, _ := s["cpf"].(string)
+			if len(s) != 1 || !strings.HasPrefix(h, "hmac-sha256:") {
+				t.Fatalf("servidor must keep only the hashed cpf: %s", stored)
+			}
+		case "local":
+			if l, isObj := v.(map[string]any); isObj {
+				for lk := range l {
+					if lk != "lat" && lk != "lng" {
+						t.Fatalf("local kept %q: %s", lk, stored)
+					}
+				}
+			} else if _, isNum := v.(json.Number); !isNum {
+				t.Fatalf("local is neither rounded number nor {lat, lng}: %s", stored)
+			}
+		case "itens":
+			arr, _ := v.([]any)
+			if arr == nil {
+				t.Fatalf("itens is not an array: %s", stored)
+			}
+			for _, it := range arr {
+				if m, isObj := it.(map[string]any); it != nil && (!isObj || len(m) != 1 || m["codigo"] == nil) {
+					t.Fatalf("itens element kept more than codigo: %s", stored)
+				}
+			}
+		default:
+			t.Fatalf("stored payload kept %q, which no rule names: %s", k, stored)
+		}
+	}
+	if !fuzzContains(in, fuzzSecret) {
+		return
+	}
+	for _, path := range fuzzKept {
+		for _, v := range fuzzAt(in, path) {
+			if fuzzContains(v, fuzzSecret) {
+				return // a kept value carries the marker: it is the publisher's choice
+			}
+		}
+	}
+	if fuzzContains(out, fuzzSecret) {
+		t.Fatalf("secret %q from an unkept field reached the log:\n sent   %s\n stored %s", fuzzSecret, sent, stored)
+	}
+}
+
+func fuzzDecode(t *testing.T, raw []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decode %q: %v", raw, err)
+	}
+	return v
+}
+
+// fuzzContains reports whether s occurs in any key or scalar of v.
+func fuzzContains(v any, s string) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if strings.Contains(k, s) || fuzzContains(e, s) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if fuzzContains(e, s) {
+				return true
+			}
+		}
+	case string:
+		return strings.Contains(v, s)
+	case json.Number:
+		return strings.Contains(v.String(), s)
+	}
+	return false
+}
+
+// fuzzAt returns the values at path in v, "*" standing for every element.
+func fuzzAt(v any, path []string) []any {
+	if len(path) == 0 {
+		return []any{v}
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		if e, ok := v[path[0]]; ok {
+			return fuzzAt(e, path[1:])
+		}
+	case []any:
+		if path[0] == "*" {
+			var out []any
+			for _, e := range v {
+				out = append(out, fuzzAt(e, path[1:])...)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+func fuzzDetails(err error) []app.Detail {
+	var e *app.Error
+	if errors.As(err, &e) {
+		return e.Details
+	}
+	return nil
+}
