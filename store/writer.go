@@ -39,9 +39,10 @@ func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt {
 	return b
 }
 
-// do queues fn for the next group commit and waits for its outcome. If ctx
-// ends first, do returns ctx.Err(), but fn may still commit: callers whose
-// writes matter make them idempotent (event_id, unique keys).
+// do queues fn for the next group commit and waits for its outcome. Once
+// queued, it waits even if ctx ends: the writer skips an operation whose
+// context ended before it ran, and an operation already running writes into
+// its caller's variables, which the caller must not read concurrently.
 func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 	closed := app.Errorf(app.EUnavailable, "banco de dados fechado")
 	select {
@@ -60,8 +61,6 @@ func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 	select {
 	case err := <-o.done:
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	case <-db.done:
 		// The writer is gone; it may have answered just before leaving.
 		select {
