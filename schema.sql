@@ -114,6 +114,7 @@ CREATE TABLE integrator (
     segredo_anterior   BLOB,
     segredo_anterior_ate INTEGER,
     api_key_hash       TEXT    NOT NULL UNIQUE,
+    falhando_desde     INTEGER, -- first failed attempt since the last success
     criado_em          INTEGER NOT NULL,
     atualizado_em      INTEGER NOT NULL
 ) WITHOUT ROWID;

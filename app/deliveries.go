@@ -84,7 +84,7 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 // Verify sends a signed integracao:verificacao ping straight to the
 // integrator (not through the outbox); a 2xx answer makes it active again.
 func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id string) (Attempt, error) {
-	in, err := integrators.Get(id)
+	in, err := integrators.Get(ctx, id)
 	if err != nil {
 		return Attempt{}, err
 	}

@@ -19,17 +19,22 @@ import (
 
 // Delivery defaults (SPEC 6.4).
 const (
-	DeliveryTimeout   = 5 * time.Second
-	DefaultAttempts   = 10
-	MaxQuedas         = 5 // leases lost before a row is poison
-	DefaultSweep      = 15 * time.Second
-	DefaultLease      = 30 * time.Second
-	DefaultRetention  = 7 * 24 * time.Hour
-	responseSnippet   = 512
-	maxResponseDrain  = 64 << 10
-	defaultInFlight   = 32
-	defaultPerIntegr  = 4
-	retryAfterCeiling = time.Hour
+	DefaultAutoDisable = 120 * time.Hour
+	autoDisableSpread  = 12 * time.Hour
+	breakerThreshold   = 5 // consecutive failures that open an integrator's breaker
+	breakerCooldown    = 30 * time.Second
+	breakerMaxCooldown = 10 * time.Minute
+	DeliveryTimeout    = 5 * time.Second
+	DefaultAttempts    = 10
+	MaxQuedas          = 5 // leases lost before a row is poison
+	DefaultSweep       = 15 * time.Second
+	DefaultLease       = 30 * time.Second
+	DefaultRetention   = 7 * 24 * time.Hour
+	responseSnippet    = 512
+	maxResponseDrain   = 64 << 10
+	defaultInFlight    = 32
+	defaultPerIntegr   = 4
+	retryAfterCeiling  = time.Hour
 )
 
 // DefaultBackoff is the wait before attempt n+1 after attempt n fails:
@@ -63,6 +68,11 @@ type Dispatcher struct {
 	MaxInFlight   int           // default 32
 	PerIntegrator int           // default 4
 	Jitter        func() float64
+	// AutoDisable sets an integrator inactive once it has failed
+	// continuously this long (SPEC 6.4: 120 h); 0 turns it off.
+	AutoDisable time.Duration
+
+	breakers map[string]*breaker // touched by Run's goroutine only
 
 	once   sync.Once
 	wake   chan struct{}
@@ -93,6 +103,7 @@ func (d *Dispatcher) init() {
 		if d.Jitter == nil {
 			d.Jitter = rand.Float64
 		}
+		d.breakers = map[string]*breaker{}
 		dialer := d.Policy.Dialer(&net.Dialer{Timeout: DeliveryTimeout})
 		d.client = &http.Client{
 			Timeout: DeliveryTimeout,
@@ -136,12 +147,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.housekeep(ctx, now)
 			}
 			for total < d.MaxInFlight {
-				var skip []string
-				for id, n := range inFlight {
-					if n >= d.PerIntegrator {
-						skip = append(skip, id)
-					}
-				}
+				skip := d.skipped(inFlight)
 				claimed, err := d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, d.MaxInFlight-total,
 					d.PerIntegrator, skip)
 				if err != nil {
@@ -195,18 +201,89 @@ func (d *Dispatcher) drain(first DeliveryResult, results chan DeliveryResult) []
 }
 
 func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFlight map[string]int, total *int) {
-	if err := d.Store.FinishDeliveries(ctx, batch); err != nil {
+	failing, err := d.Store.FinishDeliveries(ctx, batch)
+	if err != nil {
 		// The leases expire and the reaper hands the rows out again:
 		// at-least-once holds, at the cost of a repeat.
 		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
 	}
+	now := d.Now()
 	for _, r := range batch {
-		in := r.integrador
+		in := r.Integrador
 		if inFlight[in]--; inFlight[in] <= 0 {
 			delete(inFlight, in)
 		}
 		*total--
+		d.trip(in, r.Falha, now)
 	}
+	for id, since := range failing {
+		// Checked at a failure, so the last failure is now: both the 120 h
+		// of failing and the 12 h spread between first and last hold.
+		if d.AutoDisable <= 0 || now.Sub(since) < d.AutoDisable || now.Sub(since) < autoDisableSpread {
+			continue
+		}
+		reason := fmt.Sprintf("desativado automaticamente: falhando sem interrupção desde %s",
+			since.Format(time.RFC3339))
+		if err := d.Integrators.Disable(ctx, id, reason); err != nil {
+			d.Logger.Error("auto-disable integrator", "integrador", id, "err", err)
+			continue
+		}
+		d.Logger.Warn("integrator auto-disabled", "integrador", id, "falhando_desde", since)
+	}
+}
+
+// breaker is one integrator's circuit: after breakerThreshold consecutive
+// failures it opens, and its deliveries wait without an attempt until the
+// cooldown ends; then one probe goes out, and its success closes it.
+type breaker struct {
+	failures  int
+	openUntil time.Time
+	cooldown  time.Duration
+}
+
+func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
+	b := d.breakers[id]
+	if !failed {
+		if b != nil && b.failures >= breakerThreshold {
+			d.Logger.Info("circuit closed", "integrador", id)
+		}
+		delete(d.breakers, id)
+		return
+	}
+	if b == nil {
+		b = &breaker{}
+		d.breakers[id] = b
+	}
+	b.failures++
+	// Open on reaching the threshold, and again when a probe fails; a
+	// request that was already in flight when it opened changes nothing.
+	if b.failures >= breakerThreshold && !now.Before(b.openUntil) {
+		b.cooldown = min(max(2*b.cooldown, breakerCooldown), breakerMaxCooldown)
+		b.openUntil = now.Add(b.cooldown)
+		d.Logger.Warn("circuit open", "integrador", id, "falhas", b.failures, "ate", b.openUntil)
+	}
+}
+
+// skipped lists the integrators not to claim for now: those at their
+// in-flight limit, those whose circuit is open, and those whose half-open
+// circuit already has its probe out.
+func (d *Dispatcher) skipped(inFlight map[string]int) []string {
+	var skip []string
+	for id, n := range inFlight {
+		if n >= d.PerIntegrator {
+			skip = append(skip, id)
+		}
+	}
+	now := d.Now()
+	for id, b := range d.breakers {
+		if b.failures < breakerThreshold || inFlight[id] >= d.PerIntegrator {
+			continue
+		}
+		if now.Before(b.openUntil) || inFlight[id] > 0 {
+			skip = append(skip, id)
+		}
+	}
+	return skip
 }
 
 // untilNext is how long to sleep: until the next retry is due, at most a sweep.
@@ -231,11 +308,11 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 
 // deliver makes one attempt and decides what follows it.
 func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
-	res := DeliveryResult{ID: del.ID, Worker: d.Worker, integrador: del.Integrador}
+	res := DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador, Falha: true}
 	start := d.Now()
 	attempt := del.Tentativas + 1
 	res.Attempt = Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: attempt, Inicio: start}
-	in, err := d.Integrators.Get(del.Integrador)
+	in, err := d.Integrators.cached(del.Integrador)
 	var status int
 	var retryAfter time.Duration
 	if err == nil {
@@ -246,6 +323,7 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 	switch {
 	case err == nil && status >= 200 && status < 300:
 		res.Status = EntregaEntregue
+		res.Falha = false
 		res.Proxima = start
 		return res
 	case err == nil && (status == http.StatusBadRequest || status == http.StatusUnauthorized):

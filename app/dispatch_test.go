@@ -58,7 +58,8 @@ func newOutboxKit(t *testing.T) *outboxKit {
 	ins := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now, Policy: policy}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
-		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8}
+		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
+		AutoDisable: app.DefaultAutoDisable}
 	db.OnCommit(func(b []app.Appended) { d.Wake() })
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -233,7 +234,8 @@ func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
 	rc := newReceiver(t, func(n int, r *http.Request) int {
 		mu.Lock()
 		defer mu.Unlock()
-		if healthy {
+		// Only the second event fails, so the breaker (5 failures) stays shut.
+		if healthy || r.Header.Get("X-Geohub-Sequencia") == "1" {
 			return 204
 		}
 		return 503
@@ -271,7 +273,7 @@ func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
 			mine = append(mine, r)
 		}
 	}
-	if len(mine) != 4 {
+	if len(mine) != 4 { // three failures, one resend
 		t.Fatalf("%d requests for the event, want 4", len(mine))
 	}
 	for i, r := range mine {
@@ -342,4 +344,82 @@ func TestRoutingByAudience(t *testing.T) {
 	if got := ra.requests(); got[1].header.Get("X-Geohub-Sequencia") != "2" && got[0].header.Get("X-Geohub-Sequencia") != "2" {
 		t.Fatal("oc:1 sequences must count 1, 2 for its originator")
 	}
+}
+
+func TestTheBreakerDefersAFailingIntegratorUntilAProbeSucceeds(t *testing.T) {
+	k := newOutboxKit(t)
+	var mu sync.Mutex
+	healthy := false
+	rc := newReceiver(t, func(int, *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if healthy {
+			return 204
+		}
+		return 500
+	})
+	in := k.integrator(t, rc, nil)
+	for i := range 10 {
+		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
+	}
+	failed := func() int {
+		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+		n := 0
+		for _, d := range page.Linhas {
+			n += d.Tentativas
+		}
+		return n
+	}
+	waitFor(t, "breaker to open", func() bool { return failed() >= 5 })
+	k.dispatcher.Wake()
+	k.publish(t, "teste:b", "outro", nil) // a commit and a claim round while open
+	attempts := len(rc.requests())
+	if attempts > 5+1 { // at most one more was in flight when it opened
+		t.Fatalf("%d attempts: the open breaker did not defer deliveries", attempts)
+	}
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	k.clock.Add(31 * time.Second) // cooldown over: one probe, then the rest
+	k.dispatcher.Wake()
+	waitFor(t, "the deferred deliveries after a successful probe", func() bool {
+		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaEntregue})
+		return page.Total >= 10-attempts
+	})
+}
+
+func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {
+	k := newOutboxKit(t)
+	rc := newReceiver(t, func(int, *http.Request) int { return 500 })
+	in := k.integrator(t, rc, func(n *app.NewIntegrator) {
+		n.Backoff = []string{"10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h"}
+	})
+	ev := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "first failure", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	got, _ := k.integrators.Get(context.Background(), in.ID)
+	if got.FalhandoDesde == nil {
+		t.Fatal("a failure must start the failing period")
+	}
+	for i := 2; i <= 12; i++ {
+		k.clock.Add(11 * time.Hour)
+		k.dispatcher.Wake()
+		waitFor(t, "retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == i || !k.active(in.ID) })
+		if !k.active(in.ID) {
+			break
+		}
+	}
+	// The disable follows the recording of the attempt that crossed 120 h.
+	waitFor(t, "auto-disable", func() bool { return !k.active(in.ID) })
+	got, _ = k.integrators.Get(context.Background(), in.ID)
+	if got.Ativo || !strings.Contains(got.MotivoInativo, "automaticamente") {
+		t.Fatalf("after 121 h of failures: %+v", got)
+	}
+	if elapsed := k.clock.Now().Sub(*got.FalhandoDesde); elapsed < 120*time.Hour {
+		t.Fatalf("disabled after only %v", elapsed)
+	}
+}
+
+func (k *outboxKit) active(id string) bool {
+	in, _ := k.integrators.Get(context.Background(), id)
+	return in.Ativo
 }

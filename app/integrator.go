@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,16 +15,18 @@ import (
 // secret and API key never appear here: they are shown once, at creation
 // and rotation.
 type Integrator struct {
-	ID              string    `json:"id"`
-	Nome            string    `json:"nome"`
-	CallbackURL     string    `json:"callback_url"`
-	HostsPermitidos []string  `json:"hosts_permitidos"`
-	Eventos         []string  `json:"eventos"`
-	Ativo           bool      `json:"ativo"`
-	Backoff         []string  `json:"backoff,omitempty"`
-	MotivoInativo   string    `json:"motivo_inativo,omitempty"`
-	CriadoEm        time.Time `json:"criado_em"`
-	AtualizadoEm    time.Time `json:"atualizado_em"`
+	ID              string   `json:"id"`
+	Nome            string   `json:"nome"`
+	CallbackURL     string   `json:"callback_url"`
+	HostsPermitidos []string `json:"hosts_permitidos"`
+	Eventos         []string `json:"eventos"`
+	Ativo           bool     `json:"ativo"`
+	Backoff         []string `json:"backoff,omitempty"`
+	MotivoInativo   string   `json:"motivo_inativo,omitempty"`
+	// FalhandoDesde is the first failed attempt since the last success.
+	FalhandoDesde *time.Time `json:"falhando_desde,omitempty"`
+	CriadoEm      time.Time  `json:"criado_em"`
+	AtualizadoEm  time.Time  `json:"atualizado_em"`
 }
 
 // NewIntegrator is the body of POST /api/integradores.
@@ -75,6 +76,7 @@ type IntegratorStore interface {
 	SetIntegratorSecret(ctx context.Context, id string, s IntegratorSecrets) error
 	IntegratorSecrets(ctx context.Context, id string) (IntegratorSecrets, error)
 	IntegratorByAPIKey(ctx context.Context, hash string) (Integrator, error)
+	Integrator(ctx context.Context, id string) (Integrator, error)
 }
 
 // SecretGrace is how long a rotated-out secret still signs deliveries.
@@ -112,17 +114,28 @@ func (s *Integrators) Load(ctx context.Context) error {
 	return nil
 }
 
-// List returns every integrator, ordered by name.
-func (s *Integrators) List() []Integrator {
-	s.mu.RLock()
-	out := slices.Clone(s.all)
-	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Integrator) int { return strings.Compare(a.Nome+a.ID, b.Nome+b.ID) })
-	return out
+// List returns every integrator, ordered by name, as stored now (the
+// snapshot may lag on the failing period the dispatcher records).
+func (s *Integrators) List(ctx context.Context) ([]Integrator, error) {
+	all, err := s.Store.Integrators(ctx)
+	if all == nil {
+		all = []Integrator{}
+	}
+	return all, err
 }
 
-// Get returns one integrator or ENotFound.
-func (s *Integrators) Get(id string) (Integrator, error) {
+// Get returns one integrator as stored now, or ENotFound.
+func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
+	in, err := s.Store.Integrator(ctx, id)
+	if err == ErrNotFound {
+		return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
+	}
+	return in, err
+}
+
+// cached returns one integrator from the snapshot that routing and delivery
+// read on their hot paths.
+func (s *Integrators) cached(id string) (Integrator, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, in := range s.all {
@@ -156,7 +169,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 
 // Update applies a patch; a changed callback URL or allowlist is checked again.
 func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) (Integrator, error) {
-	in, err := s.Get(id)
+	in, err := s.Get(ctx, id)
 	if err != nil {
 		return Integrator{}, err
 	}
@@ -193,7 +206,7 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 // RotateSecret issues a new signing secret; the current one keeps signing
 // (in X-Geohub-Assinatura-Anterior) for SecretGrace.
 func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecret, error) {
-	if _, err := s.Get(id); err != nil {
+	if _, err := s.Get(ctx, id); err != nil {
 		return RotatedSecret{}, err
 	}
 	cur, err := s.Store.IntegratorSecrets(ctx, id)
@@ -225,6 +238,19 @@ func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous
 		}
 	}
 	return current, previous, nil
+}
+
+// Disable sets an integrator inactive with the reason (auto-disable).
+func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
+	in, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	in.Ativo, in.MotivoInativo, in.AtualizadoEm = false, reason, s.Now().UTC()
+	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+		return err
+	}
+	return s.Load(ctx)
 }
 
 // Authenticate resolves an integrator's API key (its Bearer for commands).

@@ -70,8 +70,10 @@ type DeliveryResult struct {
 	Proxima   time.Time
 	Attempt   Attempt
 	UltimoErr string
-
-	integrador string // for the dispatcher's in-flight accounting
+	// Falha says the receiver did not accept it (anything but 2xx): it
+	// starts or extends the integrator's failing period, and a success ends it.
+	Falha      bool
+	Integrador string
 }
 
 // DeliveryFilter selects deliveries for GET /api/entregas.
@@ -86,7 +88,9 @@ type OutboxStore interface {
 	// perIntegrator per integrator, interleaving integrators, skipping the
 	// integrators in skip.
 	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, limit, perIntegrator int, skip []string) ([]Delivery, error)
-	FinishDeliveries(ctx context.Context, results []DeliveryResult) error
+	// FinishDeliveries records outcomes and each integrator's failing period,
+	// returning when each integrator that failed in the batch started failing.
+	FinishDeliveries(ctx context.Context, results []DeliveryResult) (map[string]time.Time, error)
 	// ReapDeliveries returns rows whose lease expired to pendente, or to
 	// falhou once they took a worker down maxQuedas times.
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)

@@ -11,14 +11,15 @@ import (
 )
 
 const integratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
-	criado_em, atualizado_em`
+	falhando_desde, criado_em, atualizado_em`
 
 func scanIntegrator(row scanner) (app.Integrator, error) {
 	var in app.Integrator
 	var hosts, eventos, backoff string
 	var criado, atualizado int64
+	var falhando sql.NullInt64
 	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
-		&criado, &atualizado)
+		&falhando, &criado, &atualizado)
 	if errors.Is(err, sql.ErrNoRows) {
 		return in, app.ErrNotFound
 	}
@@ -26,6 +27,10 @@ func scanIntegrator(row scanner) (app.Integrator, error) {
 		return in, err
 	}
 	in.CriadoEm, in.AtualizadoEm = fromMS(criado), fromMS(atualizado)
+	if falhando.Valid {
+		t := fromMS(falhando.Int64)
+		in.FalhandoDesde = &t
+	}
 	for _, f := range []struct {
 		raw string
 		dst *[]string
@@ -130,4 +135,9 @@ func (db *DB) IntegratorSecrets(ctx context.Context, id string) (app.IntegratorS
 func (db *DB) IntegratorByAPIKey(ctx context.Context, hash string) (app.Integrator, error) {
 	return scanIntegrator(db.read.QueryRowContext(ctx, `SELECT `+integratorColumns+` FROM integrator
 		WHERE api_key_hash = ?`, hash))
+}
+
+// Integrator implements app.IntegratorStore.
+func (db *DB) Integrator(ctx context.Context, id string) (app.Integrator, error) {
+	return scanIntegrator(db.read.QueryRowContext(ctx, `SELECT `+integratorColumns+` FROM integrator WHERE id = ?`, id))
 }

@@ -116,8 +116,10 @@ func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time,
 // FinishDeliveries implements app.OutboxStore: one transaction for a batch
 // of outcomes. A row whose lease this worker lost (the reaper gave it to
 // another) is left alone, but its attempt is still recorded.
-func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult) error {
-	return db.do(ctx, func(tx *wtx) error {
+func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult) (map[string]time.Time, error) {
+	failing := map[string]time.Time{}
+	err := db.do(ctx, func(tx *wtx) error {
+		clear(failing)
 		for _, r := range results {
 			var entregue any
 			if r.Status == app.EntregaEntregue {
@@ -139,9 +141,24 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
+			if !r.Falha {
+				if _, err := tx.ExecContext(ctx, `UPDATE integrator SET falhando_desde = NULL
+					WHERE id = ? AND falhando_desde IS NOT NULL`, r.Integrador); err != nil {
+					return err
+				}
+				delete(failing, r.Integrador)
+				continue
+			}
+			var since int64
+			if err := tx.QueryRowContext(ctx, `UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
+				WHERE id = ? RETURNING falhando_desde`, ms(a.Inicio), r.Integrador).Scan(&since); err != nil {
+				return fmt.Errorf("record failing period: %w", err)
+			}
+			failing[r.Integrador] = fromMS(since)
 		}
 		return nil
 	})
+	return failing, err
 }
 
 // ReapDeliveries implements app.OutboxStore.

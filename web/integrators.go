@@ -24,11 +24,16 @@ func (s *Server) createIntegrator(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listIntegrators(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"integradores": s.Integrators.List()})
+	all, err := s.Integrators.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"integradores": all})
 }
 
 func (s *Server) getIntegrator(w http.ResponseWriter, r *http.Request) {
-	in, err := s.Integrators.Get(r.PathValue("id"))
+	in, err := s.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -79,8 +79,8 @@ func TestIntegratorsCadastro(t *testing.T) {
 			}
 		})
 	}
-	if n := len(env.Integrators.List()); n != 0 {
-		t.Fatalf("%d refused integrators were stored", n)
+	if all, _ := env.Integrators.List(t.Context()); len(all) != 0 {
+		t.Fatalf("%d refused integrators were stored", len(all))
 	}
 
 	t.Run("create shows the secret and API key once; reads never do", func(t *testing.T) {

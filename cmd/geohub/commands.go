@@ -52,6 +52,8 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Demo, "demo", envOr("GEOHUB_DEMO", "") == "1", "load fixtures/ so the console comes alive (env GEOHUB_DEMO=1)")
 	fs.BoolVar(&cfg.InsecureCallbacks, "insecure-callbacks", envOr("GEOHUB_INSECURE_CALLBACKS", "") == "1",
 		"allow http:// and loopback callback URLs: local demos and tests only (env GEOHUB_INSECURE_CALLBACKS=1)")
+	fs.BoolVar(&cfg.NoAutoDisable, "no-auto-disable", envOr("GEOHUB_NO_AUTO_DISABLE", "") == "1",
+		"never deactivate an integrator that keeps failing (default: after 120 h of failures) (env GEOHUB_NO_AUTO_DISABLE=1)")
 	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
 	if err := parse(fs, args); err != nil || isHelp(args) {

@@ -32,6 +32,7 @@ type Config struct {
 	Addr              string
 	Demo              bool
 	InsecureCallbacks bool
+	NoAutoDisable     bool
 	LogFormat         string
 	LogLevel          string
 	AdminPassword     string
@@ -179,7 +180,10 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Subscribe(consumers)
 	}
 	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
-		Now: time.Now, Logger: logger, Version: version}
+		Now: time.Now, Logger: logger, Version: version, AutoDisable: app.DefaultAutoDisable}
+	if cfg.NoAutoDisable {
+		dispatcher.AutoDisable = 0
+	}
 	db.OnCommit(func(batch []app.Appended) {
 		consumers.Committed(batch)
 		for _, a := range batch {
