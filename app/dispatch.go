@@ -68,6 +68,10 @@ type Dispatcher struct {
 	MaxInFlight   int           // default 32
 	PerIntegrator int           // default 4
 	Jitter        func() float64
+	// ReapOnStart returns every leased row at start, counting a crash for
+	// each: right when one node runs one dispatcher (SQLite), so any lease
+	// found at start belonged to a process that died.
+	ReapOnStart bool
 	// AutoDisable sets an integrator inactive once it has failed
 	// continuously this long (SPEC 6.4: 120 h); 0 turns it off.
 	AutoDisable time.Duration
@@ -138,6 +142,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	total := 0
 	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
 	var lastReap time.Time
+	if d.ReapOnStart {
+		if n, err := d.Store.ReapDeliveries(ctx, d.Now().Add(d.Lease+time.Hour), MaxQuedas); err != nil {
+			return fmt.Errorf("recover deliveries leased before the restart: %w", err)
+		} else if n > 0 {
+			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

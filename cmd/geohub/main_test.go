@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,13 +69,13 @@ func (s *syncBuffer) String() string {
 
 var listening = regexp.MustCompile(`geohub listening" addr=(\S+)`)
 
-func startServer(t *testing.T, data string) *proc {
+func startServer(t *testing.T, data string, flags ...string) *proc {
 	t.Helper()
 	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--data", data, "--addr", "127.0.0.1:0", "--demo")
+	cmd := exec.Command(bin, append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--demo"}, flags...)...)
 	cmd.Env = append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -243,5 +244,87 @@ func TestGracefulShutdownAndBackup(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(data, masterKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("master key must be 0600: %v %v", fi.Mode(), err)
+	}
+}
+
+// collector is a CAD receiver that remembers which events arrived.
+type collector struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	time.Sleep(5 * time.Millisecond) // keep some deliveries in flight
+	c.mu.Lock()
+	c.seen[r.Header.Get("X-Geohub-Evento-Id")]++
+	c.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *collector) has(ids []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if c.seen[id] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func apiCall(t *testing.T, client *http.Client, method, url, token, body string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 300 {
+		t.Fatalf("%s %s: %d %s", method, url, res.StatusCode, b)
+	}
+	return b
+}
+
+func TestEveryAcknowledgedEventIsDeliveredAfterKill9MidDelivery(t *testing.T) {
+	data := t.TempDir()
+	rec := &collector{seen: map[string]int{}}
+	cad := httptest.NewServer(rec)
+	defer cad.Close()
+	srv := startServer(t, data, "--insecure-callbacks")
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
+	client := &http.Client{Timeout: 10 * time.Second}
+	apiCall(t, client, "POST", "http://"+srv.addr+"/api/integradores", token,
+		`{"nome":"CAD","callback_url":"`+cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`)
+
+	var acked []string
+	for i := range 300 {
+		status, id, err := publish(client, srv.addr, token, jornada(i))
+		if err != nil || status != http.StatusCreated {
+			t.Fatalf("publish %d: %d %v", i, status, err)
+		}
+		acked = append(acked, id)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for rec.has(acked) < 30 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	srv.cmd.Process.Signal(syscall.SIGKILL) // mid-delivery: leases held, outcomes unrecorded
+	srv.cmd.Wait()
+	if n := rec.has(acked); n == len(acked) {
+		t.Logf("all %d arrived before the kill; the restart path is still checked", n)
+	}
+
+	startServer(t, data, "--insecure-callbacks")
+	deadline = time.Now().Add(60 * time.Second)
+	for rec.has(acked) < len(acked) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acknowledged events arrived after the restart", rec.has(acked), len(acked))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

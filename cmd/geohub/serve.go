@@ -180,7 +180,8 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Subscribe(consumers)
 	}
 	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
-		Now: time.Now, Logger: logger, Version: version, AutoDisable: app.DefaultAutoDisable}
+		Now: time.Now, Logger: logger, Version: version, AutoDisable: app.DefaultAutoDisable,
+		ReapOnStart: true} // one node, one dispatcher: leases found at start are orphans
 	if cfg.NoAutoDisable {
 		dispatcher.AutoDisable = 0
 	}

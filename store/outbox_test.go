@@ -1,0 +1,106 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"geohub/app"
+)
+
+// outboxFixture enqueues n deliveries of distinct events to one integrator.
+func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
+	t.Helper()
+	k := openWithClock(t)
+	in := app.Integrator{ID: "int-1", Nome: "CAD", CallbackURL: "https://cad.exemplo.gov.br", Ativo: true,
+		HostsPermitidos: []string{"cad.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: k.now, AtualizadoEm: k.now}
+	if err := k.db.InsertIntegrator(t.Context(), in, []byte("sealed"), "hash"); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		ev := newEvent("a:b")
+		out := &app.Outbox{Body: []byte(`{}`), Agregado: "x:1", Recipients: func(string) []string { return []string{in.ID} }}
+		if _, _, err := k.db.Append(t.Context(), ev, nil, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, in.ID
+}
+
+type dbWithClock struct {
+	db  interface{ app.OutboxStore; app.EventLog; app.IntegratorStore }
+	now time.Time
+}
+
+func openWithClock(t *testing.T) *dbWithClock {
+	db := mustOpen(t)
+	return &dbWithClock{db: db, now: time.Now().UTC().Truncate(time.Millisecond)}
+}
+
+func TestLeasesExpireAndPoisonRowsDeadLetter(t *testing.T) {
+	k, _ := outboxFixture(t, 1)
+	ctx := context.Background()
+	now := k.now.Add(time.Second)
+	for crash := 1; crash <= app.MaxQuedas; crash++ {
+		claimed, err := k.db.ClaimDeliveries(ctx, "w", now, 30*time.Second, 10, 4, nil)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("crash %d: claim %v %d", crash, err, len(claimed))
+		}
+		// While leased, nobody else gets it.
+		if again, _ := k.db.ClaimDeliveries(ctx, "other", now, 30*time.Second, 10, 4, nil); len(again) != 0 {
+			t.Fatal("a leased row was claimed twice")
+		}
+		now = now.Add(31 * time.Second) // the worker died holding it
+		if n, err := k.db.ReapDeliveries(ctx, now, app.MaxQuedas); err != nil || n != 1 {
+			t.Fatalf("reap: %d %v", n, err)
+		}
+	}
+	page, _, _ := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 10})
+	if d := page[0]; d.Status != app.EntregaFalhou || d.Quedas != app.MaxQuedas {
+		t.Fatalf("after %d crashes: %+v", app.MaxQuedas, d)
+	}
+}
+
+func TestReleaseReturnsLeasesAtOnce(t *testing.T) {
+	k, _ := outboxFixture(t, 3)
+	ctx := context.Background()
+	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Hour, 10, 4, nil)
+	if len(claimed) != 3 {
+		t.Fatalf("claimed %d", len(claimed))
+	}
+	if err := k.db.ReleaseDeliveries(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := k.db.ClaimDeliveries(ctx, "w2", k.now.Add(time.Second), time.Hour, 10, 4, nil)
+	if len(again) != 3 {
+		t.Fatalf("after release %d claimable, want 3", len(again))
+	}
+	for i, d := range again {
+		if d.Sequencia != int64(i+1) {
+			t.Fatalf("sequences %d at %d: want gapless 1..3", d.Sequencia, i)
+		}
+	}
+}
+
+func TestClaimsInterleaveIntegrators(t *testing.T) {
+	k, first := outboxFixture(t, 6)
+	ctx := context.Background()
+	in := app.Integrator{ID: "int-2", Nome: "CAD 2", CallbackURL: "https://b.exemplo.gov.br", Ativo: true,
+		HostsPermitidos: []string{"b.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: k.now, AtualizadoEm: k.now}
+	if err := k.db.InsertIntegrator(ctx, in, []byte("sealed"), "hash2"); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvent("a:b")
+	out := &app.Outbox{Body: []byte(`{}`), Agregado: "y:1", Recipients: func(string) []string { return []string{in.ID} }}
+	if _, _, err := k.db.Append(ctx, ev, nil, out); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute, 2, 4, nil)
+	if len(claimed) != 2 || claimed[0].Integrador == claimed[1].Integrador {
+		t.Fatalf("a claim of 2 must take one of each integrator, got %+v", claimed)
+	}
+	skipped, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute, 10, 4, []string{first})
+	if len(skipped) != 0 {
+		t.Fatalf("a skipped integrator was claimed: %+v", skipped)
+	}
+}
