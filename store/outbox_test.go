@@ -28,7 +28,11 @@ func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
 }
 
 type dbWithClock struct {
-	db  interface{ app.OutboxStore; app.EventLog; app.IntegratorStore }
+	db interface {
+		app.OutboxStore
+		app.EventLog
+		app.IntegratorStore
+	}
 	now time.Time
 }
 
