@@ -59,6 +59,7 @@ type Dispatcher struct {
 	Policy      CallbackPolicy
 	Now         func() time.Time
 	Logger      *slog.Logger
+	Metrics     *Metrics
 	Version     string
 
 	Worker        string        // lease owner id; default a fresh UUID
@@ -218,14 +219,19 @@ func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFligh
 		// at-least-once holds, at the cost of a repeat.
 		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
 	}
-	now := d.Now()
+	var now time.Time // the latest attempt's end: when the failures happened
 	for _, r := range batch {
 		in := r.Integrador
 		if inFlight[in]--; inFlight[in] <= 0 {
 			delete(inFlight, in)
 		}
 		*total--
-		d.trip(in, r.Falha, now)
+		at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond)
+		if at.After(now) {
+			now = at
+		}
+		d.trip(in, r.Falha, at)
+		d.Metrics.delivered(r)
 	}
 	for id, since := range failing {
 		// Checked at a failure, so the last failure is now: both the 120 h
@@ -257,6 +263,7 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 	if !failed {
 		if b != nil && b.failures >= breakerThreshold {
 			d.Logger.Info("circuit closed", "integrador", id)
+			d.Metrics.breaker(id, false)
 		}
 		delete(d.breakers, id)
 		return
@@ -272,6 +279,7 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 		b.cooldown = min(max(2*b.cooldown, breakerCooldown), breakerMaxCooldown)
 		b.openUntil = now.Add(b.cooldown)
 		d.Logger.Warn("circuit open", "integrador", id, "falhas", b.failures, "ate", b.openUntil)
+		d.Metrics.breaker(id, true)
 	}
 }
 

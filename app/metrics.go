@@ -5,8 +5,11 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the domain's Prometheus series. A nil *Metrics records nothing,
 // which keeps tests and tools free of a registry.
 type Metrics struct {
-	Published *prometheus.CounterVec
-	Handled   *prometheus.CounterVec
+	Published  *prometheus.CounterVec
+	Handled    *prometheus.CounterVec
+	Deliveries *prometheus.CounterVec
+	Latency    prometheus.Histogram
+	Breaker    *prometheus.GaugeVec
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -20,9 +23,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "geohub_consumer_handled_total",
 			Help: "In-process handler runs, by colonia and outcome.",
 		}, []string{"colonia", "resultado"}),
+		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geohub_deliveries_total",
+			Help: "Webhook attempts by outcome: entregue, pendente (will retry) or falhou (dead letter).",
+		}, []string{"resultado"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "geohub_delivery_seconds",
+			Help:    "Duration of webhook attempts.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		Breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "geohub_breaker_open",
+			Help: "1 while an integrator's circuit breaker is open, else 0.",
+		}, []string{"integrador"}),
 	}
-	reg.MustRegister(m.Published, m.Handled)
+	reg.MustRegister(m.Published, m.Handled, m.Deliveries, m.Latency, m.Breaker)
 	return m
+}
+
+func (m *Metrics) delivered(r DeliveryResult) {
+	if m != nil {
+		m.Deliveries.WithLabelValues(r.Status).Inc()
+		m.Latency.Observe(float64(r.Attempt.DuracaoMS) / 1000)
+	}
+}
+
+func (m *Metrics) breaker(integrador string, open bool) {
+	if m != nil {
+		v := 0.0
+		if open {
+			v = 1
+		}
+		m.Breaker.WithLabelValues(integrador).Set(v)
+	}
 }
 
 func (m *Metrics) published(tipo string) {

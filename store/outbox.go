@@ -317,3 +317,10 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	})
 	return int(n), err
 }
+
+// OutboxBacklog counts deliveries not yet finished (pendente or processando).
+func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE status IN ('pendente', 'processando')`).Scan(&n)
+	return n, err
+}

@@ -180,7 +180,7 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Subscribe(consumers)
 	}
 	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
-		Now: time.Now, Logger: logger, Version: version, AutoDisable: app.DefaultAutoDisable,
+		Now: time.Now, Logger: logger, Metrics: metrics, Version: version, AutoDisable: app.DefaultAutoDisable,
 		ReapOnStart: true} // one node, one dispatcher: leases found at start are orphans
 	if cfg.NoAutoDisable {
 		dispatcher.AutoDisable = 0
@@ -221,6 +221,16 @@ func (m *Main) Run(ctx context.Context) error {
 			return -1
 		}
 		return float64(st.TotalPendentes)
+	}))
+
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "geohub_outbox_backlog", Help: "Deliveries pending or in flight.",
+	}, func() float64 {
+		n, err := db.OutboxBacklog(context.Background())
+		if err != nil {
+			return -1
+		}
+		return float64(n)
 	}))
 
 	srv := &web.Server{
