@@ -405,10 +405,15 @@ func TestConsumers(t *testing.T) {
 		}
 	})
 	t.Run("a handler that never returns times out into the DLQ", func(t *testing.T) {
-		stuck := &recorder{fail: func(app.Event) error { select {} }}
+		stuck := &recorder{}
+		stuckHandler := func(ctx context.Context, ev app.Event) error {
+			stuck.handle(ctx, ev)
+			<-ctx.Done() // overruns its timeout, then honours the cancellation
+			return ctx.Err()
+		}
 		b := setup(t, "", func(c *app.Consumers) {
 			c.HandlerTimeout = 50 * time.Millisecond
-			c.Subscribe("teste:a", "lenta", "h", stuck.handle)
+			c.Subscribe("teste:a", "lenta", "h", stuckHandler)
 		})
 		b.publish(t, reqA(1))
 		waitFor(t, "timeout entry", func() bool {

@@ -190,20 +190,6 @@ func (c *Consumers) Committed(batch []Appended) {
 	}
 }
 
-// Redeliver runs one stored event through a colonia's handler under the same
-// guard as live consumption (reentregarParaColonia).
-func (c *Consumers) Redeliver(ctx context.Context, colonia string, ev Event) error {
-	k := c.colonias[colonia]
-	if k == nil {
-		return Errorf(ENotFound, "colônia %s não tem consumidores", colonia)
-	}
-	sub, ok := k.handlers[ev.Tipo]
-	if !ok {
-		return Errorf(ENotFound, "colônia %s não consome %s", colonia, ev.Tipo)
-	}
-	return c.guard(ctx, sub, ev)
-}
-
 // ReprocessResult is the body of POST /api/events/dlq/reprocessar.
 type ReprocessResult struct {
 	Reprocessados int `json:"reprocessados"`
@@ -275,6 +261,8 @@ type consumer struct {
 	pos     int64            // highest sequence seen (handled or skipped)
 	cursors map[string]int64 // per type, as loaded, to skip what is done
 	done    map[string]int64 // per type, handled since the last save
+	blocked map[string]bool  // per type, after a failure the DLQ could not record
+	unsaved int              // live events handled since the last save
 	open    map[string]bool  // event ids with an open DLQ entry
 }
 
@@ -326,7 +314,7 @@ func (k *consumer) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	k.cursors, k.done = cursors, map[string]int64{}
+	k.cursors, k.done, k.blocked = cursors, map[string]int64{}, map[string]bool{}
 	open, err := c.Store.DLQOpen(ctx, k.colonia, 10000)
 	if err != nil {
 		return err
@@ -388,7 +376,9 @@ func (k *consumer) follow(ctx context.Context) bool {
 		case <-ctx.Done():
 			return false
 		case req := <-k.reprocess:
-			res, err := k.reprocessDLQ(req.ctx)
+			// The consumer's own context: a client that hangs up must not
+			// leave entries half-processed.
+			res, err := k.reprocessDLQ(ctx)
 			req.done <- reprocessRes{res, err}
 		case a := <-k.live:
 			if !k.apply(ctx, a) {
@@ -411,8 +401,10 @@ func (k *consumer) apply(ctx context.Context, a Appended) bool {
 	ev.Payload = a.FullPayload
 	k.handle(ctx, ev)
 	k.pos = ev.Sequence
-	// Save once the burst is drained: one write per burst, not per event.
-	if len(k.live) == 0 {
+	// Save once the burst is drained, or every 256 events under sustained
+	// load: one write per burst, yet a crash replays little.
+	if k.unsaved++; len(k.live) == 0 || k.unsaved >= 256 {
+		k.unsaved = 0
 		if err := k.save(ctx); err != nil {
 			k.parent.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
 			return false
@@ -426,7 +418,13 @@ func (k *consumer) handle(ctx context.Context, ev Event) {
 	if !ok || ev.Sequence <= k.cursors[ev.Tipo] {
 		return
 	}
+	if k.blocked[ev.Tipo] {
+		return // an unrecorded failure before it: the next catch-up retries from there
+	}
 	if err := k.parent.guard(ctx, sub, ev); err != nil {
+		if errors.Is(err, errUnrecorded) {
+			k.blocked[ev.Tipo] = true
+		}
 		return
 	}
 	k.done[ev.Tipo] = ev.Sequence
@@ -460,9 +458,7 @@ func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
 		return res, err
 	}
 	for _, e := range entries {
-		if e.Status != DLQPendente {
-			continue
-		}
+		// retrying too: an entry left so by a crash mid-reprocess.
 		sub, ok := k.handlers[e.Tipo]
 		if !ok {
 			continue
@@ -476,12 +472,7 @@ func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
 		}
 		res.Reprocessados++
 		if err := c.guard(ctx, sub, ev); err != nil {
-			res.Falharam++
-			if e.Tentativas+1 >= MaxDLQAttempts {
-				if err := c.Store.SetDLQStatus(ctx, e.EventID, k.colonia, DLQFailedPermanent); err != nil {
-					return res, err
-				}
-			}
+			res.Falharam++ // recorded again: one more attempt, failed_permanent at the limit
 			continue
 		}
 		res.Resolvidos++
@@ -490,10 +481,11 @@ func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
 			return res, err
 		}
 	}
-	// A resolved failure no longer holds the cursor back.
+	// A resolved failure no longer holds the cursor back; the store clamps
+	// the cursor to the failures still open.
 	for tipo := range k.handlers {
-		if k.pos > k.cursors[tipo] {
-			k.done[tipo] = k.pos
+		if !k.blocked[tipo] {
+			k.done[tipo] = max(k.pos, k.done[tipo])
 		}
 	}
 	return res, k.save(ctx)
@@ -504,8 +496,16 @@ const replayPage = 1000
 // errTimeout is what a handler that overran its deadline is recorded with.
 var errTimeout = errors.New("handler timed out")
 
+// errUnrecorded marks a failure the DLQ could not record: the consumer must
+// then not move that type's cursor past it.
+var errUnrecorded = errors.New("failure not recorded in the DLQ")
+
 // guard runs a handler so that its error, panic or timeout never reaches the
-// caller or other handlers: it is logged and recorded in the DLQ instead.
+// caller or other handlers: it is logged and recorded in the DLQ instead. A
+// handler that overruns its timeout gets its context cancelled and is waited
+// for: the colonia's next event never runs beside it, so events are applied
+// in order even then (a handler that ignores cancellation stalls only its
+// own colonia, loudly).
 func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error {
 	hctx, cancel := context.WithTimeout(ctx, c.HandlerTimeout)
 	defer cancel()
@@ -521,21 +521,33 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 			}
 		}()
 		err := sub.fn(hctx, ev)
-		var stack string
+		var detail string
 		if err != nil {
-			stack = fmt.Sprintf("%+v", err)
+			// An error carries no stack; %+v prints one for errors that
+			// recorded it (and the full chain for the rest).
+			detail = fmt.Sprintf("%+v", err)
 		}
-		done <- outcome{err, stack}
+		done <- outcome{err, detail}
 	}()
 	var out outcome
 	select {
 	case out = <-done:
 	case <-hctx.Done():
-		out = outcome{errTimeout, ""}
+		for waited := false; ; waited = true {
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				c.Logger.Error("handler ignores its cancelled context; its colonia is stalled",
+					"colonia", sub.colonia, "handler", sub.nome, "event_id", ev.EventID, "waited", waited)
+				continue
+			}
+			break
+		}
 		if ctx.Err() != nil {
 			// Shutting down: not the handler's fault, and not recorded.
 			return ctx.Err()
 		}
+		out = outcome{err: errTimeout}
 	}
 	if out.err == nil {
 		c.Metrics.handled(sub.colonia, true)
@@ -551,6 +563,7 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 	// The DLQ write must outlive a cancelled request: the failure happened.
 	if err := c.Store.RecordFailure(context.WithoutCancel(ctx), entry); err != nil {
 		c.Logger.Error("record DLQ entry failed", "colonia", sub.colonia, "event_id", ev.EventID, "err", err)
+		return fmt.Errorf("%w: %w", errUnrecorded, out.err)
 	}
 	return out.err
 }

@@ -11,7 +11,7 @@ import (
 // InsertToken implements app.AuthStore.
 func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES (?, ?, ?, ?, ?)`,
+		_, err := tx.Exec(`INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES (?, ?, ?, ?, ?)`,
 			t.ID, t.Nome, string(t.Papel), hash, ms(t.CriadoEm))
 		return err
 	})
@@ -34,7 +34,7 @@ func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
 func (db *DB) InsertOperator(ctx context.Context, o app.Operator, senhaHash string) (bool, error) {
 	var created bool
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO operator (id, login, senha_hash, papel, criado_em)
+		res, err := tx.Exec(`INSERT INTO operator (id, login, senha_hash, papel, criado_em)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT (login) DO NOTHING`, o.ID, o.Login, senhaHash, string(o.Papel), ms(o.CriadoEm))
 		if err != nil {
 			return err

@@ -123,7 +123,7 @@ func (db *DB) Close() error {
 // Ping checks that the database answers a write: /readyz.
 func (db *DB) Ping(ctx context.Context) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, "SELECT 1")
+		_, err := tx.Exec("SELECT 1")
 		return err
 	})
 }
@@ -134,7 +134,7 @@ func (db *DB) Pragma(ctx context.Context, name string, writer bool) (string, err
 	var v string
 	if writer {
 		err := db.do(ctx, func(tx *wtx) error {
-			return tx.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v)
+			return tx.QueryRow("PRAGMA "+name).Scan(&v)
 		})
 		return v, err
 	}
@@ -172,11 +172,11 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		if _, err := tx.Exec(m.sql); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
-		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
+		if _, err := tx.Exec("PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}

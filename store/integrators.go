@@ -56,7 +56,7 @@ func jsonList(v []string) string {
 // InsertIntegrator implements app.IntegratorStore.
 func (db *DB) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
+		_, err := tx.Exec(`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
 			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			in.ID, in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
@@ -86,7 +86,7 @@ func (db *DB) Integrators(ctx context.Context) ([]app.Integrator, error) {
 // UpdateIntegrator implements app.IntegratorStore.
 func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
 	return db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE integrator SET nome = ?, callback_url = ?, hosts_permitidos = ?,
+		res, err := tx.Exec(`UPDATE integrator SET nome = ?, callback_url = ?, hosts_permitidos = ?,
 			eventos = ?, backoff = ?, ativo = ?, motivo_inativo = ?, atualizado_em = ? WHERE id = ?`,
 			in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
 			in.Ativo, in.MotivoInativo, ms(in.AtualizadoEm), in.ID)
@@ -103,7 +103,7 @@ func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
 // SetIntegratorSecret implements app.IntegratorStore.
 func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.IntegratorSecrets) error {
 	return db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE integrator SET segredo = ?, segredo_anterior = ?,
+		res, err := tx.Exec(`UPDATE integrator SET segredo = ?, segredo_anterior = ?,
 			segredo_anterior_ate = ?, atualizado_em = ? WHERE id = ?`,
 			s.Atual, s.Anterior, ms(s.AnteriorAte), ms(db.now()), id)
 		if err != nil {

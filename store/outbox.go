@@ -87,7 +87,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time,
 			}
 		}
 		args = append(args, perIntegrator, limit, ms(now.Add(lease)), worker)
-		rows, err := tx.QueryContext(ctx, `WITH due AS (
+		rows, err := tx.Query(`WITH due AS (
 				SELECT o.id, ROW_NUMBER() OVER (PARTITION BY o.integrador_id ORDER BY o.proxima_tentativa, o.id) AS rn
 				FROM outbox o JOIN integrator i ON i.id = o.integrador_id
 				WHERE o.status = 'pendente' AND o.proxima_tentativa <= ? AND i.ativo = 1`+exclude+`
@@ -129,20 +129,20 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			if r.Attempt.StatusCode != 0 {
 				code = r.Attempt.StatusCode
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
+			if _, err := tx.Exec(`UPDATE outbox SET status = ?, tentativas = tentativas + 1,
 				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
 				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`,
 				r.Status, ms(r.Proxima), code, r.UltimoErr, entregue, r.ID, r.Worker); err != nil {
 				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
 			}
 			a := r.Attempt
-			if _, err := tx.ExecContext(ctx, `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
+			if _, err := tx.Exec(`INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
 				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 				r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
 			if !r.Falha {
-				if _, err := tx.ExecContext(ctx, `UPDATE integrator SET falhando_desde = NULL
+				if _, err := tx.Exec(`UPDATE integrator SET falhando_desde = NULL
 					WHERE id = ? AND falhando_desde IS NOT NULL`, r.Integrador); err != nil {
 					return err
 				}
@@ -150,7 +150,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				continue
 			}
 			var since int64
-			if err := tx.QueryRowContext(ctx, `UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
+			if err := tx.QueryRow(`UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
 				WHERE id = ? RETURNING falhando_desde`, ms(a.Inicio), r.Integrador).Scan(&since); err != nil {
 				return fmt.Errorf("record failing period: %w", err)
 			}
@@ -165,7 +165,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE outbox SET
+		res, err := tx.Exec(`UPDATE outbox SET
 				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
 				status = CASE WHEN quedas + 1 >= ?1 THEN 'falhou' ELSE 'pendente' END,
 				ultimo_erro = CASE WHEN quedas + 1 >= ?1
@@ -185,7 +185,7 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 // leases go back to pendente at once instead of waiting to expire.
 func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+		_, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
 			WHERE status = 'processando' AND worker = ?`, worker)
 		return err
 	})
@@ -195,7 +195,7 @@ func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE outbox SET corpo = NULL
+		res, err := tx.Exec(`UPDATE outbox SET corpo = NULL
 			WHERE corpo IS NOT NULL AND status = 'entregue' AND entregue_em < ?`, ms(before))
 		if err != nil {
 			return err
@@ -284,7 +284,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 	return db.do(ctx, func(tx *wtx) error {
 		var status string
 		var purged bool
-		err := tx.QueryRowContext(ctx, `SELECT status, corpo IS NULL FROM outbox WHERE id = ?`, id).Scan(&status, &purged)
+		err := tx.QueryRow(`SELECT status, corpo IS NULL FROM outbox WHERE id = ?`, id).Scan(&status, &purged)
 		if errors.Is(err, sql.ErrNoRows) {
 			return app.ErrNotFound
 		}
@@ -297,7 +297,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 		if purged {
 			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado")
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+		_, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
 			quedas = 0 WHERE id = ?`, ms(now), id)
 		return err
 	})
@@ -307,7 +307,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
 			quedas = 0 WHERE integrador_id = ? AND status = ? AND corpo IS NOT NULL`, ms(now), integrador, status)
 		if err != nil {
 			return err

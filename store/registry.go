@@ -55,7 +55,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.Ty
 	}
 	out, created := tv, false
 	err = db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO registry (tipo, versao, status, audiencia, schema, redacao, criado_em)
+		res, err := tx.Exec(`INSERT INTO registry (tipo, versao, status, audiencia, schema, redacao, criado_em)
 			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tipo, versao) DO NOTHING`,
 			tv.Tipo, tv.Versao, tv.Status, tv.Audiencia, string(tv.Schema), string(redacao), ms(tv.CriadoEm))
 		if err != nil {
@@ -65,7 +65,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.Ty
 			created = true
 			return nil
 		}
-		out, err = scanTypeVersion(tx.QueryRowContext(ctx, `SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
+		out, err = scanTypeVersion(tx.QueryRow(`SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
 			FROM registry WHERE tipo = ? AND versao = ?`, tv.Tipo, tv.Versao))
 		return err
 	})
@@ -75,7 +75,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.Ty
 // SetTypeStatus implements app.RegistryStore.
 func (db *DB) SetTypeStatus(ctx context.Context, tipo, versao, status string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE registry SET status = ? WHERE tipo = ? AND versao = ?`, status, tipo, versao)
+		res, err := tx.Exec(`UPDATE registry SET status = ? WHERE tipo = ? AND versao = ?`, status, tipo, versao)
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,10 @@ type op struct {
 }
 
 // wtx is the writer's transaction as an op sees it: the events it appends are
-// collected for the commit hook.
+// collected for the commit hook. Statements inside an op never take the
+// caller's context: cancelling one statement would make SQLite roll back the
+// whole group transaction, other callers' work included. The writer checks
+// each op's context before running it instead.
 type wtx struct {
 	*sql.Tx
 	stmts    *writeStmts
@@ -39,22 +42,24 @@ func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt {
 	return b
 }
 
+// errClosed answers operations that arrive after Close.
+var errClosed = app.Errorf(app.EUnavailable, "banco de dados fechado")
+
 // do queues fn for the next group commit and waits for its outcome. Once
 // queued, it waits even if ctx ends: the writer skips an operation whose
 // context ended before it ran, and an operation already running writes into
 // its caller's variables, which the caller must not read concurrently.
 func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
-	closed := app.Errorf(app.EUnavailable, "banco de dados fechado")
 	select {
 	case <-db.stop:
-		return closed
+		return errClosed
 	default:
 	}
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case db.ops <- o:
 	case <-db.stop:
-		return closed
+		return errClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -67,7 +72,7 @@ func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 		case err := <-o.done:
 			return err
 		default:
-			return closed
+			return errClosed
 		}
 	}
 }

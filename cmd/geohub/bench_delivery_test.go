@@ -1,0 +1,419 @@
+package main
+
+// BenchmarkDelivery measures webhook delivery (SPEC 6.4, 11). One run prints
+// every figure:
+//
+//	go test -run '^$' -bench Delivery -benchtime 3s ./cmd/geohub
+//
+// Sub-benchmarks:
+//
+//	raw-signed-post  benchDelSenders goroutines each signing a ~400 B envelope
+//	                 (fresh timestamp, app.Sign, the X-Geohub-* headers) and
+//	                 POSTing it to a bare 204 receiver: the ceiling
+//	deliveries       the real server (Main) with one integrator on a loopback
+//	                 204 receiver; 64 HTTP publishers publish b.N jornada:iniciada
+//	                 events as fast as they can; rate = b.N / (first publish →
+//	                 last arrival)
+//	latency-100      the same server, publishing at a steady 100 events/s for
+//	                 max(b.N, 300) events; publish start → arrival at the
+//	                 receiver (matched by X-Geohub-Evento-Id), p50/p99
+//
+// A summary gives the ratios against the targets. It only reports: nothing
+// here asserts on timing.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+)
+
+// benchDelSenders is the dispatcher's default MaxInFlight (app.defaultInFlight):
+// the most requests it ever has on the wire at once.
+const benchDelSenders = 32
+
+// benchDelRate is the steady publish rate of latency-100, events per second.
+const benchDelRate = 100
+
+// benchDelMinPaced is the fewest events latency-100 publishes (3 s at 100/s).
+const benchDelMinPaced = 300
+
+// benchDelStall is how long the wait for arrivals tolerates no progress.
+const benchDelStall = 30 * time.Second
+
+// benchDelResult adds the delivery figures to a benchResult.
+type benchDelResult struct {
+	benchResult
+	publishRate float64 // deliveries: publishes acknowledged per second
+	tail        float64 // deliveries: ms from the last publish ack to the last arrival
+	pubP99      float64 // publish (HTTP 201) latency p99, ms
+	pubP50      float64 // latency-100: publish (HTTP 201) latency p50, ms
+	bodyLen     int64   // deliveries: size of a delivered body, bytes
+}
+
+func BenchmarkDelivery(b *testing.B) {
+	results := map[string]benchDelResult{}
+	run := func(name string, fn func(b *testing.B) benchDelResult) {
+		b.Run(name, func(b *testing.B) { results[name] = fn(b) })
+	}
+	run("raw-signed-post", benchDelRawSignedPost)
+	run("deliveries", benchDelDeliveries)
+	run("latency-100", benchDelLatency)
+	benchDelSummary(os.Stdout, results)
+}
+
+func benchDelSummary(w io.Writer, r map[string]benchDelResult) {
+	fmt.Fprintf(w, "\ndelivery summary (envelope %d B, %d raw senders = dispatcher MaxInFlight, %d HTTP publishers, "+
+		"one integrator on a loopback 204 receiver):\n", len(benchDelEnvelope(0, uuid.NewString())), benchDelSenders,
+		benchConcurrency)
+	if res, ok := r["raw-signed-post"]; ok {
+		fmt.Fprintf(w, "  %-16s %8.0f req/s         %6.0f cpu-us/op  (N=%d)  p50 %.2f ms  p99 %.2f ms\n",
+			"raw-signed-post", res.rate, res.cpuUS, res.n, res.p50, res.p99)
+	}
+	if res, ok := r["deliveries"]; ok {
+		fmt.Fprintf(w, "  %-16s %8.0f deliveries/s  %6.0f cpu-us/op  (N=%d)  publish %.0f events/s (p99 %.2f ms), "+
+			"last publish → last arrival %.0f ms, delivered body %d B\n",
+			"deliveries", res.rate, res.cpuUS, res.n, res.publishRate, res.pubP99, res.tail, res.bodyLen)
+	}
+	if res, ok := r["latency-100"]; ok {
+		fmt.Fprintf(w, "  %-16s %8.0f events/s      %6.0f cpu-us/op  (N=%d)  publish → arrival p50 %.2f ms  p99 %.2f ms "+
+			"(publish → 201 alone: p50 %.2f ms  p99 %.2f ms)\n",
+			"latency-100", res.rate, res.cpuUS, res.n, res.p50, res.p99, res.pubP50, res.pubP99)
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "MET"
+		}
+		return "MISSED"
+	}
+	if d, ok := r["deliveries"]; ok {
+		if raw, ok := r["raw-signed-post"]; ok && raw.rate > 0 {
+			q := d.rate / raw.rate
+			fmt.Fprintf(w, "  deliveries / raw-signed-post = %.2f (target >= 0.30) %s\n", q, verdict(q >= 0.30))
+		}
+	}
+	if l, ok := r["latency-100"]; ok {
+		fmt.Fprintf(w, "  latency-100 p99 = %.2f ms (target < 20 ms) %s\n", l.p99, verdict(l.p99 < 20))
+	}
+	fmt.Fprintln(w)
+}
+
+// benchDelEnvelope is the webhook body a publish of benchRequest(i) produces:
+// compact JSON, keys sorted, the full payload (~400 B).
+func benchDelEnvelope(i int, eventID string) []byte {
+	var payload map[string]any
+	if err := json.Unmarshal(benchPayload(i), &payload); err != nil {
+		panic(err)
+	}
+	body, err := json.Marshal(map[string]any{
+		"id":         eventID,
+		"ocorridoEm": time.Now().UTC().Format(app.EnvelopeTime),
+		"origem":     map[string]any{"plugin": "app-jornada", "versao": app.DefaultVersao},
+		"payload":    payload,
+		"tipo":       benchTipo,
+	})
+	if err != nil {
+		panic(err)
+	}
+	return body
+}
+
+// benchDelSign sets the headers app.Dispatcher sets on a delivery, signing
+// body with a fresh timestamp.
+func benchDelSign(h http.Header, secret []byte, eventID, agregado string, seq int64, body []byte) {
+	ts := app.Timestamp(time.Now())
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "Geohub/"+version)
+	h.Set("X-Geohub-Evento-Id", eventID)
+	h.Set("X-Geohub-Timestamp", strconv.FormatInt(ts, 10))
+	h.Set("X-Geohub-Assinatura", app.Sign(secret, ts, body))
+	h.Set("X-Geohub-Agregado", agregado)
+	h.Set("X-Geohub-Sequencia", strconv.FormatInt(seq, 10))
+	h.Set("X-Geohub-Entrega-Id", uuid.Must(uuid.NewV7()).String())
+	h.Set("X-Geohub-Tentativa", "1")
+}
+
+func benchDelRawSignedPost(b *testing.B) benchDelResult {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	client := benchClient()
+	defer client.CloseIdleConnections()
+	u := srv.URL + "/webhook"
+	secret := []byte("whsec_0123456789abcdefghijklmnopqrstuv")
+	// Bodies are built before timing: the dispatcher reads them ready-made
+	// from the outbox.
+	bodies := make([][]byte, 256)
+	ids := make([]string, len(bodies))
+	for k := range bodies {
+		ids[k] = uuid.Must(uuid.NewV7()).String()
+		bodies[k] = benchDelEnvelope(k, ids[k])
+	}
+
+	elapsed, cpu, lat := benchRun(b, b.N, benchDelSenders, func(_, i int) error {
+		k := i % len(bodies)
+		req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(bodies[k]))
+		if err != nil {
+			return err
+		}
+		benchDelSign(req.Header, secret, ids[k], "jornada:"+benchJornadaID(k), 1, bodies[k])
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("POST %s: status %d", u, resp.StatusCode)
+		}
+		return nil
+	})
+	return benchDelResult{benchResult: benchReport(b, "req/s", elapsed, cpu, lat)}
+}
+
+// benchDelReceiver is a CAD receiver that answers 204 and notes when each
+// event first arrived.
+type benchDelReceiver struct {
+	srv      *httptest.Server
+	count    atomic.Int64 // distinct events arrived
+	dups     atomic.Int64
+	bodyLen  atomic.Int64 // size of the last body received
+	mu       sync.Mutex
+	arrivals map[string]time.Time
+}
+
+func benchDelNewReceiver() *benchDelReceiver {
+	rc := &benchDelReceiver{arrivals: map[string]time.Time{}}
+	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		size, _ := io.Copy(io.Discard, r.Body)
+		now := time.Now()
+		rc.bodyLen.Store(size)
+		id := r.Header.Get("X-Geohub-Evento-Id")
+		rc.mu.Lock()
+		_, seen := rc.arrivals[id]
+		if !seen {
+			rc.arrivals[id] = now
+		}
+		rc.mu.Unlock()
+		if seen {
+			rc.dups.Add(1)
+		} else {
+			rc.count.Add(1)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	return rc
+}
+
+// wait blocks until n distinct events arrived, failing the benchmark when
+// arrivals stop for benchDelStall.
+func (rc *benchDelReceiver) wait(b *testing.B, n int) {
+	last, since := rc.count.Load(), time.Now()
+	for {
+		c := rc.count.Load()
+		if c >= int64(n) {
+			return
+		}
+		if c != last {
+			last, since = c, time.Now()
+		} else if time.Since(since) > benchDelStall {
+			b.Fatalf("only %d of %d events arrived at the receiver (no progress for %s)", c, n, benchDelStall)
+		}
+		time.Sleep(2 * time.Millisecond) // arrival times come from the receiver, not from this poll
+	}
+}
+
+// lastArrival is the latest first-arrival time.
+func (rc *benchDelReceiver) lastArrival() time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var last time.Time
+	for _, t := range rc.arrivals {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// benchDelEnv is a running server with one integrator whose callback is rc.
+type benchDelEnv struct {
+	m        *Main
+	rc       *benchDelReceiver
+	client   *http.Client
+	producer string // produtor token
+	stop     func()
+}
+
+func benchDelStart(b *testing.B) *benchDelEnv {
+	dir := b.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", Demo: true, InsecureCallbacks: true, LogLevel: "error"},
+		Stdout: io.Discard, Ready: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() { errc <- m.Run(ctx) }()
+	select {
+	case <-m.Ready:
+	case err := <-errc:
+		cancel()
+		b.Fatalf("server did not start: %v", err)
+	}
+	rc := benchDelNewReceiver()
+	env := &benchDelEnv{m: m, rc: rc, client: benchClient()}
+	env.stop = func() {
+		env.client.CloseIdleConnections()
+		cancel()
+		if err := <-errc; err != nil {
+			b.Error(err)
+		}
+		rc.srv.Close()
+	}
+	token := func(papel app.Papel) string {
+		var out bytes.Buffer
+		if err := createToken(ctx, &out, dir, papel, "bench-"+string(papel)); err != nil {
+			env.stop()
+			b.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	admin := token(app.PapelAdmin)
+	env.producer = token(app.PapelProdutor)
+	body, _ := json.Marshal(app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
+		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}})
+	if err := benchPost(env.client, "http://"+m.Addr+"/api/integradores", admin, body, http.StatusCreated); err != nil {
+		env.stop()
+		b.Fatal(err)
+	}
+	return env
+}
+
+func benchDelDeliveries(b *testing.B) benchDelResult {
+	env := benchDelStart(b)
+	defer env.stop()
+	u := "http://" + env.m.Addr + "/api/events"
+	bodies := make([][]byte, b.N)
+	for i := range bodies {
+		bodies[i] = benchBody(i)
+	}
+
+	cpu0, start := benchCPU(), time.Now()
+	pubElapsed, _, pubLat := benchRun(b, b.N, benchConcurrency, func(_, i int) error {
+		return benchPost(env.client, u, env.producer, bodies[i], http.StatusCreated)
+	})
+	pubDone := time.Now()
+	b.StartTimer() // benchRun stopped it after the last publish: the wait for arrivals counts too
+	env.rc.wait(b, b.N)
+	b.StopTimer()
+	last := env.rc.lastArrival()
+	elapsed, cpu := last.Sub(start), benchCPU()-cpu0
+
+	r := benchDelResult{benchResult: benchResult{n: b.N, rate: float64(b.N) / elapsed.Seconds(),
+		cpuUS: benchPerOpUS(cpu, b.N)}}
+	r.publishRate = float64(b.N) / pubElapsed.Seconds()
+	r.tail = float64(max(last.Sub(pubDone), 0)) / float64(time.Millisecond)
+	pub := benchReportQuiet(pubLat)
+	r.pubP99 = pub.p99
+	b.ReportMetric(r.rate, "deliveries/s")
+	b.ReportMetric(r.cpuUS, "cpu-us/op")
+	b.ReportMetric(r.publishRate, "publish/s")
+	b.ReportMetric(r.tail, "tail-ms")
+	r.bodyLen = env.rc.bodyLen.Load()
+	if d := env.rc.dups.Load(); d > 0 {
+		b.ReportMetric(float64(d), "duplicates")
+	}
+	return r
+}
+
+// benchReportQuiet computes percentiles without reporting them.
+func benchReportQuiet(lat []time.Duration) benchResult {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
+		return float64(s[min(len(s)-1, int(p*float64(len(s))))]) / float64(time.Millisecond)
+	}
+	return benchResult{n: len(s), p50: pct(0.50), p99: pct(0.99)}
+}
+
+func benchDelLatency(b *testing.B) benchDelResult {
+	env := benchDelStart(b)
+	defer env.stop()
+	u := "http://" + env.m.Addr + "/api/events"
+	n := max(b.N, benchDelMinPaced)
+	// Warm-up: one delivery opens the publisher's and the dispatcher's
+	// connections, so the figures are the steady state.
+	if err := benchPost(env.client, u, env.producer, benchBody(n), http.StatusCreated); err != nil {
+		b.Fatal(err)
+	}
+	env.rc.wait(b, 1)
+
+	ids := make([]string, n)
+	bodies := make([][]byte, n)
+	for i := range n {
+		ids[i] = uuid.Must(uuid.NewV7()).String()
+		req := benchRequest(i)
+		req.EventID = ids[i]
+		var err error
+		if bodies[i], err = json.Marshal(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	starts := make([]time.Time, n)
+	acked := make([]time.Duration, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / benchDelRate)
+	defer tick.Stop()
+
+	b.ResetTimer()
+	cpu0, begin := benchCPU(), time.Now()
+	for i := range n {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			starts[i] = time.Now()
+			if err := benchPost(env.client, u, env.producer, bodies[i], http.StatusCreated); err != nil {
+				errs <- err
+			}
+			acked[i] = time.Since(starts[i])
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	env.rc.wait(b, n+1)
+	elapsed, cpu := time.Since(begin), benchCPU()-cpu0
+	b.StopTimer()
+
+	lat := make([]time.Duration, n)
+	env.rc.mu.Lock()
+	for i, id := range ids {
+		lat[i] = env.rc.arrivals[id].Sub(starts[i])
+	}
+	env.rc.mu.Unlock()
+	r := benchDelResult{benchResult: benchReport(b, "events/s", elapsed, cpu, lat)}
+	pub := benchReportQuiet(acked)
+	r.pubP50, r.pubP99 = pub.p50, pub.p99
+	b.ReportMetric(r.pubP99, "publish-p99-ms")
+	return r
+}
