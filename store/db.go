@@ -134,7 +134,7 @@ func (db *DB) Pragma(ctx context.Context, name string, writer bool) (string, err
 	var v string
 	if writer {
 		err := db.do(ctx, func(tx *wtx) error {
-			return tx.QueryRow("PRAGMA "+name).Scan(&v)
+			return tx.QueryRow("PRAGMA " + name).Scan(&v)
 		})
 		return v, err
 	}
@@ -176,7 +176,7 @@ func migrate(ctx context.Context, db *sql.DB) error {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
-		if _, err := tx.Exec("PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
+		if _, err := tx.Exec("PRAGMA user_version = " + strconv.Itoa(m.version)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migration %d: %w", m.version, err)
 		}
