@@ -162,9 +162,13 @@ CREATE TABLE outbox (
     UNIQUE (integrador_id, agregado, sequencia),
     UNIQUE (event_id, integrador_id)
 );
-CREATE INDEX outbox_due_idx     ON outbox (status, proxima_tentativa);
+-- Claims read each integrator's due rows in order: (integrador_id, status,
+-- proxima_tentativa) makes that a range seek whatever the backlog.
+CREATE INDEX outbox_claim_idx   ON outbox (integrador_id, status, proxima_tentativa);
+CREATE INDEX outbox_status_idx  ON outbox (status);
+CREATE INDEX outbox_tipo_idx    ON outbox (tipo);
+CREATE INDEX outbox_agregado_idx ON outbox (agregado);
 CREATE INDEX outbox_lease_idx   ON outbox (lease_ate) WHERE status = 'processando';
-CREATE INDEX outbox_integrador_status_idx ON outbox (integrador_id, status);
 CREATE INDEX outbox_purge_idx   ON outbox (entregue_em) WHERE corpo IS NOT NULL AND status = 'entregue';
 
 -- Every delivery attempt, with a fresh X-Geohub-Entrega-Id.

@@ -106,10 +106,11 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 		return a, nil
 	}
 	if status >= 200 && status < 300 {
-		ativo := true
-		if _, err := integrators.Update(ctx, id, IntegratorPatch{Ativo: &ativo}); err != nil {
+		// A success: active again, failing period over, circuit closed.
+		if err := integrators.reactivate(ctx, id); err != nil {
 			return a, err
 		}
+		d.trip(id, false, now)
 		d.Wake()
 	}
 	return a, nil

@@ -77,7 +77,9 @@ type Dispatcher struct {
 	// continuously this long (SPEC 6.4: 120 h); 0 turns it off.
 	AutoDisable time.Duration
 
-	breakers map[string]*breaker // touched by Run's goroutine only
+	bmu      sync.Mutex
+	breakers map[string]*breaker
+	turn     int                 // rotates who gets the first free slot
 
 	once   sync.Once
 	wake   chan struct{}
@@ -159,9 +161,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				d.housekeep(ctx, now)
 			}
 			for total < d.MaxInFlight {
-				skip := d.skipped(inFlight)
-				claimed, err := d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, d.MaxInFlight-total,
-					d.PerIntegrator, skip)
+				quotas, _, _ := d.quotas(inFlight, d.MaxInFlight-total)
+				if len(quotas) == 0 {
+					break
+				}
+				claimed, err := d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, quotas)
 				if err != nil {
 					if ctx.Err() == nil {
 						d.Logger.Error("claim deliveries", "err", err)
@@ -177,7 +181,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					break
 				}
 			}
-			timer.Reset(d.untilNext(ctx))
+			timer.Reset(d.untilNext(ctx, inFlight))
 		} else if total == 0 {
 			if err := d.Store.ReleaseDeliveries(context.WithoutCancel(ctx), d.Worker); err != nil {
 				d.Logger.Error("release leases", "err", err)
@@ -259,6 +263,8 @@ type breaker struct {
 }
 
 func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
+	d.bmu.Lock()
+	defer d.bmu.Unlock()
 	b := d.breakers[id]
 	if !failed {
 		if b != nil && b.failures >= breakerThreshold {
@@ -283,35 +289,75 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 	}
 }
 
-// skipped lists the integrators not to claim for now: those at their
-// in-flight limit, those whose circuit is open, and those whose half-open
-// circuit already has its probe out.
-func (d *Dispatcher) skipped(inFlight map[string]int) []string {
-	var skip []string
-	for id, n := range inFlight {
-		if n >= d.PerIntegrator {
-			skip = append(skip, id)
-		}
-	}
-	now := d.Now()
-	for id, b := range d.breakers {
-		if b.failures < breakerThreshold || inFlight[id] >= d.PerIntegrator {
-			continue
-		}
-		if now.Before(b.openUntil) || inFlight[id] > 0 {
-			skip = append(skip, id)
-		}
-	}
-	return skip
-}
 
-// untilNext is how long to sleep: until the next retry is due, at most a sweep.
-func (d *Dispatcher) untilNext(ctx context.Context) time.Duration {
+// untilNext is how long to sleep: until the next retry of an integrator
+// that may be claimed is due, or an open circuit lets its probe go, at most
+// a sweep. Rows of integrators at their limit wait for an outcome, which
+// wakes the loop anyway.
+func (d *Dispatcher) untilNext(ctx context.Context, inFlight map[string]int) time.Duration {
+	_, claimable, reopen := d.quotas(inFlight, d.MaxInFlight)
+	now := d.Now()
 	wait := d.Sweep
-	if next, ok, err := d.Store.NextDue(ctx); err == nil && ok {
-		wait = min(wait, max(next.Sub(d.Now()), 10*time.Millisecond))
+	if !reopen.IsZero() {
+		wait = min(wait, max(reopen.Sub(now), 10*time.Millisecond))
+	}
+	if next, ok, err := d.Store.NextDue(ctx, claimable); err == nil && ok {
+		wait = min(wait, max(next.Sub(now), 10*time.Millisecond))
 	}
 	return wait
+}
+
+// quotas shares free in-flight slots among the active integrators that may
+// be claimed now, one slot each in turn (starting with a different one each
+// time), so one backlog never takes them all. An open circuit takes none
+// until its cooldown ends (reopen is the earliest end), then one: its probe.
+func (d *Dispatcher) quotas(inFlight map[string]int, free int) (quotas []Quota, claimable []string, reopen time.Time) {
+	now := d.Now()
+	ids := d.Integrators.activeIDs()
+	if len(ids) == 0 {
+		return nil, nil, reopen
+	}
+	room := make([]int, len(ids))
+	d.bmu.Lock()
+	defer d.bmu.Unlock()
+	for i, id := range ids {
+		limit := d.PerIntegrator
+		if b := d.breakers[id]; b != nil && b.failures >= breakerThreshold {
+			if now.Before(b.openUntil) {
+				if reopen.IsZero() || b.openUntil.Before(reopen) {
+					reopen = b.openUntil
+				}
+				continue
+			}
+			limit = 1
+		}
+		if room[i] = limit - inFlight[id]; room[i] > 0 {
+			claimable = append(claimable, id)
+		}
+	}
+	d.turn++
+	given := make([]int, len(ids))
+	for free > 0 {
+		gave := false
+		for k := range ids {
+			i := (k + d.turn) % len(ids)
+			if free > 0 && given[i] < room[i] {
+				given[i]++
+				free--
+				gave = true
+			}
+		}
+		if !gave {
+			break
+		}
+	}
+	for k := range ids {
+		i := (k + d.turn) % len(ids)
+		if given[i] > 0 {
+			quotas = append(quotas, Quota{Integrador: ids[i], N: given[i]})
+		}
+	}
+	return quotas, claimable, reopen
 }
 
 func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {

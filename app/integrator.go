@@ -98,8 +98,14 @@ type Integrators struct {
 	Policy CallbackPolicy
 	Now    func() time.Time
 
-	mu  sync.RWMutex
-	all []Integrator
+	mu      sync.RWMutex
+	all     []Integrator
+	secrets map[string]openSecrets // opened secrets, per integrator
+}
+
+type openSecrets struct {
+	current, previous []byte
+	previousUntil     time.Time
 }
 
 // Load reads every integrator into the snapshot.
@@ -133,6 +139,19 @@ func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
 	return in, err
 }
 
+// activeIDs lists the active integrators of the snapshot, in a stable order.
+func (s *Integrators) activeIDs() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := make([]string, 0, len(s.all))
+	for _, in := range s.all {
+		if in.Ativo {
+			ids = append(ids, in.ID)
+		}
+	}
+	return ids
+}
+
 // cached returns one integrator from the snapshot that routing and delivery
 // read on their hot paths.
 func (s *Integrators) cached(id string) (Integrator, error) {
@@ -156,7 +175,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 	in := Integrator{ID: uuid.Must(uuid.NewV7()).String(), Nome: strings.TrimSpace(req.Nome), CallbackURL: req.CallbackURL,
 		HostsPermitidos: req.HostsPermitidos, Eventos: req.Eventos, Backoff: req.Backoff, Ativo: true,
 		CriadoEm: now, AtualizadoEm: now}
-	if err := s.validate(ctx, in); err != nil {
+	if err := s.validate(ctx, in, true); err != nil {
 		return CreatedIntegrator{}, err
 	}
 	secret := "whsec_" + randomString(32)
@@ -174,6 +193,11 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 		return Integrator{}, err
 	}
 	if p.Ativo != nil {
+		if *p.Ativo && !in.Ativo {
+			// Reactivating is a fresh start: the failing period that may
+			// have disabled it must not disable it again at once.
+			in.FalhandoDesde = nil
+		}
 		in.Ativo = *p.Ativo
 		if in.Ativo {
 			in.MotivoInativo = ""
@@ -181,6 +205,7 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 			in.MotivoInativo = "desativado por um operador"
 		}
 	}
+	recheck := p.CallbackURL != nil || p.HostsPermitidos != nil
 	if p.CallbackURL != nil {
 		in.CallbackURL = *p.CallbackURL
 	}
@@ -194,7 +219,9 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 		in.Backoff = *p.Backoff
 	}
 	in.AtualizadoEm = s.Now().UTC()
-	if err := s.validate(ctx, in); err != nil {
+	// The callback is resolved again only when it changed: an operator must
+	// be able to disable an integrator whose host stopped resolving.
+	if err := s.validate(ctx, in, recheck); err != nil {
 		return Integrator{}, err
 	}
 	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
@@ -219,25 +246,59 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 	if err := s.Store.SetIntegratorSecret(ctx, id, next); err != nil {
 		return RotatedSecret{}, err
 	}
+	s.mu.Lock()
+	delete(s.secrets, id)
+	s.mu.Unlock()
 	return RotatedSecret{Segredo: secret, AnteriorValidoAte: until}, nil
 }
 
 // Secrets returns the secrets that sign a delivery now: the current one and,
 // during a rotation's grace period, the previous one.
 func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous []byte, err error) {
-	sealed, err := s.Store.IntegratorSecrets(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	if current, err = s.Sealer.Open(sealed.Atual, id); err != nil {
-		return nil, nil, fmt.Errorf("open secret of integrator %s: %w", id, err)
-	}
-	if sealed.Anterior != nil && s.Now().Before(sealed.AnteriorAte) {
-		if previous, err = s.Sealer.Open(sealed.Anterior, id); err != nil {
-			return nil, nil, fmt.Errorf("open previous secret of integrator %s: %w", id, err)
+	s.mu.RLock()
+	o, ok := s.secrets[id]
+	s.mu.RUnlock()
+	if !ok {
+		// Opened once per process: a delivery would otherwise pay a read
+		// and a decryption. Rotation replaces the entry.
+		sealed, err := s.Store.IntegratorSecrets(ctx, id)
+		if err != nil {
+			return nil, nil, err
 		}
+		if o.current, err = s.Sealer.Open(sealed.Atual, id); err != nil {
+			return nil, nil, fmt.Errorf("open secret of integrator %s: %w", id, err)
+		}
+		if sealed.Anterior != nil {
+			if o.previous, err = s.Sealer.Open(sealed.Anterior, id); err != nil {
+				return nil, nil, fmt.Errorf("open previous secret of integrator %s: %w", id, err)
+			}
+			o.previousUntil = sealed.AnteriorAte
+		}
+		s.mu.Lock()
+		if s.secrets == nil {
+			s.secrets = map[string]openSecrets{}
+		}
+		s.secrets[id] = o
+		s.mu.Unlock()
 	}
-	return current, previous, nil
+	if o.previous != nil && s.Now().Before(o.previousUntil) {
+		return o.current, o.previous, nil
+	}
+	return o.current, nil, nil
+}
+
+// reactivate makes an integrator active after a successful verification,
+// ending its failing period.
+func (s *Integrators) reactivate(ctx context.Context, id string) error {
+	in, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	in.Ativo, in.MotivoInativo, in.FalhandoDesde, in.AtualizadoEm = true, "", nil, s.Now().UTC()
+	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+		return err
+	}
+	return s.Load(ctx)
 }
 
 // Disable sets an integrator inactive with the reason (auto-disable).
@@ -265,7 +326,7 @@ func (s *Integrators) Authenticate(ctx context.Context, apiKey string) (Integrat
 	return in, nil
 }
 
-func (s *Integrators) validate(ctx context.Context, in Integrator) error {
+func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback bool) error {
 	var bad []Detail
 	if in.Nome == "" || len(in.Nome) > 100 {
 		bad = append(bad, Detail{"/nome", "obrigatório, até 100 caracteres"})
@@ -286,7 +347,7 @@ func (s *Integrators) validate(ctx context.Context, in Integrator) error {
 	if _, err := ParseBackoff(in.Backoff); err != nil {
 		bad = append(bad, err.(*Error).Details...)
 	}
-	if len(bad) == 0 {
+	if len(bad) == 0 && checkCallback {
 		bad = append(bad, s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos)...)
 	}
 	if len(bad) > 0 {

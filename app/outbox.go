@@ -76,6 +76,12 @@ type DeliveryResult struct {
 	Integrador string
 }
 
+// Quota is how many rows a claim may take for one integrator.
+type Quota struct {
+	Integrador string
+	N          int
+}
+
 // DeliveryFilter selects deliveries for GET /api/entregas.
 type DeliveryFilter struct {
 	Integrador, Status, Tipo, Agregado, EventID string
@@ -84,10 +90,9 @@ type DeliveryFilter struct {
 
 // OutboxStore keeps deliveries.
 type OutboxStore interface {
-	// ClaimDeliveries leases up to limit due rows to worker, at most
-	// perIntegrator per integrator, interleaving integrators, skipping the
-	// integrators in skip.
-	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, limit, perIntegrator int, skip []string) ([]Delivery, error)
+	// ClaimDeliveries leases to worker, in one transaction, up to N due rows
+	// of each integrator in quotas, oldest due first.
+	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, quotas []Quota) ([]Delivery, error)
 	// FinishDeliveries records outcomes and each integrator's failing period,
 	// returning when each integrator that failed in the batch started failing.
 	FinishDeliveries(ctx context.Context, results []DeliveryResult) (map[string]time.Time, error)
@@ -96,7 +101,8 @@ type OutboxStore interface {
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
 	ReleaseDeliveries(ctx context.Context, worker string) error
 	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
-	NextDue(ctx context.Context) (time.Time, bool, error)
+	// NextDue says when the earliest pending row of these integrators is due.
+	NextDue(ctx context.Context, integrators []string) (time.Time, bool, error)
 	Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, int, error)
 	Delivery(ctx context.Context, id int64) (Delivery, []Attempt, error)
 	// Resend puts dead letters back to pendente, same body and sequence.

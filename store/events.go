@@ -18,6 +18,7 @@ import (
 type writeStmts struct {
 	insertEvent *sql.Stmt
 	eventByID   *sql.Stmt
+	claim       *sql.Stmt
 }
 
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
@@ -34,11 +35,17 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	if s.eventByID, err = db.PrepareContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`); err != nil {
 		return fmt.Errorf("prepare event by id: %w", err)
 	}
+	if s.claim, err = db.PrepareContext(ctx, `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
+		WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
+			ORDER BY proxima_tentativa, id LIMIT ?)
+		RETURNING `+deliveryColumns+`, corpo`); err != nil {
+		return fmt.Errorf("prepare claim: %w", err)
+	}
 	return nil
 }
 
 func (s *writeStmts) close() {
-	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID} {
+	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim} {
 		if st != nil {
 			st.Close()
 		}

@@ -86,10 +86,13 @@ func (db *DB) Integrators(ctx context.Context) ([]app.Integrator, error) {
 // UpdateIntegrator implements app.IntegratorStore.
 func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
 	return db.do(ctx, func(tx *wtx) error {
+		// falhando_desde is the dispatcher's to extend; an update only ever
+		// clears it (a reactivation).
 		res, err := tx.Exec(`UPDATE integrator SET nome = ?, callback_url = ?, hosts_permitidos = ?,
-			eventos = ?, backoff = ?, ativo = ?, motivo_inativo = ?, atualizado_em = ? WHERE id = ?`,
+			eventos = ?, backoff = ?, ativo = ?, motivo_inativo = ?, atualizado_em = ?,
+			falhando_desde = CASE WHEN ? THEN NULL ELSE falhando_desde END WHERE id = ?`,
 			in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
-			in.Ativo, in.MotivoInativo, ms(in.AtualizadoEm), in.ID)
+			in.Ativo, in.MotivoInativo, ms(in.AtualizadoEm), in.FalhandoDesde == nil, in.ID)
 		if err != nil {
 			return err
 		}

@@ -71,44 +71,36 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 	return d, nil
 }
 
-// ClaimDeliveries implements app.OutboxStore. ROW_NUMBER per integrator
-// interleaves integrators, so one backlog never fills a claim by itself.
+// ClaimDeliveries implements app.OutboxStore: per integrator, a range seek
+// on outbox_claim_idx with one prepared statement, so a claim costs the rows
+// it takes, not the backlog.
 func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration,
-	limit, perIntegrator int, skip []string) ([]app.Delivery, error) {
+	quotas []app.Quota) ([]app.Delivery, error) {
 	var out []app.Delivery
 	err := db.do(ctx, func(tx *wtx) error {
 		out = out[:0]
-		args := []any{ms(now)}
-		exclude := ""
-		if len(skip) > 0 {
-			exclude = " AND o.integrador_id NOT IN (?" + strings.Repeat(", ?", len(skip)-1) + ")"
-			for _, s := range skip {
-				args = append(args, s)
+		claim := tx.stmt(tx.stmts.claim)
+		for _, q := range quotas {
+			if q.N <= 0 {
+				continue
 			}
-		}
-		args = append(args, perIntegrator, limit, ms(now.Add(lease)), worker)
-		rows, err := tx.Query(`WITH due AS (
-				SELECT o.id, ROW_NUMBER() OVER (PARTITION BY o.integrador_id ORDER BY o.proxima_tentativa, o.id) AS rn
-				FROM outbox o JOIN integrator i ON i.id = o.integrador_id
-				WHERE o.status = 'pendente' AND o.proxima_tentativa <= ? AND i.ativo = 1`+exclude+`
-			), picked AS (
-				SELECT id FROM due WHERE rn <= ? ORDER BY rn, id LIMIT ?
-			)
-			UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
-			WHERE id IN (SELECT id FROM picked)
-			RETURNING `+deliveryColumns+`, corpo`, args...)
-		if err != nil {
-			return fmt.Errorf("claim deliveries: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			d, err := scanDelivery(rows, true)
+			rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N)
 			if err != nil {
+				return fmt.Errorf("claim deliveries: %w", err)
+			}
+			for rows.Next() {
+				d, err := scanDelivery(rows, true)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				out = append(out, d)
+			}
+			if err := rows.Close(); err != nil {
 				return err
 			}
-			out = append(out, d)
 		}
-		return rows.Err()
+		return nil
 	})
 	return out, err
 }
@@ -206,14 +198,21 @@ func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error)
 	return int(n), err
 }
 
-// NextDue implements app.OutboxStore: when the earliest pending row is due.
-func (db *DB) NextDue(ctx context.Context) (time.Time, bool, error) {
-	var next sql.NullInt64
-	err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox WHERE status = 'pendente'`).Scan(&next)
-	if err != nil || !next.Valid {
-		return time.Time{}, false, err
+// NextDue implements app.OutboxStore.
+func (db *DB) NextDue(ctx context.Context, integrators []string) (time.Time, bool, error) {
+	var first time.Time
+	found := false
+	for _, id := range integrators {
+		var next sql.NullInt64
+		if err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox
+			WHERE integrador_id = ? AND status = 'pendente'`, id).Scan(&next); err != nil {
+			return first, false, err
+		}
+		if next.Valid && (!found || fromMS(next.Int64).Before(first)) {
+			first, found = fromMS(next.Int64), true
+		}
 	}
-	return fromMS(next.Int64), true, nil
+	return first, found, nil
 }
 
 // Deliveries implements app.OutboxStore.

@@ -46,12 +46,12 @@ func TestLeasesExpireAndPoisonRowsDeadLetter(t *testing.T) {
 	ctx := context.Background()
 	now := k.now.Add(time.Second)
 	for crash := 1; crash <= app.MaxQuedas; crash++ {
-		claimed, err := k.db.ClaimDeliveries(ctx, "w", now, 30*time.Second, 10, 4, nil)
+		claimed, err := k.db.ClaimDeliveries(ctx, "w", now, 30*time.Second, []app.Quota{{Integrador: "int-1", N: 10}})
 		if err != nil || len(claimed) != 1 {
 			t.Fatalf("crash %d: claim %v %d", crash, err, len(claimed))
 		}
 		// While leased, nobody else gets it.
-		if again, _ := k.db.ClaimDeliveries(ctx, "other", now, 30*time.Second, 10, 4, nil); len(again) != 0 {
+		if again, _ := k.db.ClaimDeliveries(ctx, "other", now, 30*time.Second, []app.Quota{{Integrador: "int-1", N: 10}}); len(again) != 0 {
 			t.Fatal("a leased row was claimed twice")
 		}
 		now = now.Add(31 * time.Second) // the worker died holding it
@@ -68,14 +68,14 @@ func TestLeasesExpireAndPoisonRowsDeadLetter(t *testing.T) {
 func TestReleaseReturnsLeasesAtOnce(t *testing.T) {
 	k, _ := outboxFixture(t, 3)
 	ctx := context.Background()
-	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Hour, 10, 4, nil)
+	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Hour, []app.Quota{{Integrador: "int-1", N: 10}})
 	if len(claimed) != 3 {
 		t.Fatalf("claimed %d", len(claimed))
 	}
 	if err := k.db.ReleaseDeliveries(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
-	again, _ := k.db.ClaimDeliveries(ctx, "w2", k.now.Add(time.Second), time.Hour, 10, 4, nil)
+	again, _ := k.db.ClaimDeliveries(ctx, "w2", k.now.Add(time.Second), time.Hour, []app.Quota{{Integrador: "int-1", N: 10}})
 	if len(again) != 3 {
 		t.Fatalf("after release %d claimable, want 3", len(again))
 	}
@@ -86,7 +86,7 @@ func TestReleaseReturnsLeasesAtOnce(t *testing.T) {
 	}
 }
 
-func TestClaimsInterleaveIntegrators(t *testing.T) {
+func TestClaimsHonourQuotas(t *testing.T) {
 	k, first := outboxFixture(t, 6)
 	ctx := context.Background()
 	in := app.Integrator{ID: "int-2", Nome: "CAD 2", CallbackURL: "https://b.exemplo.gov.br", Ativo: true,
@@ -99,12 +99,16 @@ func TestClaimsInterleaveIntegrators(t *testing.T) {
 	if _, _, err := k.db.Append(ctx, ev, nil, out); err != nil {
 		t.Fatal(err)
 	}
-	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute, 2, 4, nil)
+	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute,
+		[]app.Quota{{Integrador: first, N: 1}, {Integrador: in.ID, N: 1}})
 	if len(claimed) != 2 || claimed[0].Integrador == claimed[1].Integrador {
-		t.Fatalf("a claim of 2 must take one of each integrator, got %+v", claimed)
+		t.Fatalf("quotas of one each must take one of each integrator, got %+v", claimed)
 	}
-	skipped, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute, 10, 4, []string{first})
-	if len(skipped) != 0 {
-		t.Fatalf("a skipped integrator was claimed: %+v", skipped)
+	if claimed[0].Sequencia != 1 {
+		t.Fatalf("the oldest due row goes first, got sequence %d", claimed[0].Sequencia)
+	}
+	others, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute, []app.Quota{{Integrador: in.ID, N: 10}})
+	if len(others) != 0 {
+		t.Fatalf("an integrator without quota was claimed: %+v", others)
 	}
 }
