@@ -79,7 +79,7 @@ type Dispatcher struct {
 
 	bmu      sync.Mutex
 	breakers map[string]*breaker
-	turn     int                 // rotates who gets the first free slot
+	turn     int // rotates who gets the first free slot
 
 	once   sync.Once
 	wake   chan struct{}
@@ -288,7 +288,6 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 		d.Metrics.breaker(id, true)
 	}
 }
-
 
 // untilNext is how long to sleep: until the next retry of an integrator
 // that may be claimed is due, or an open circuit lets its probe go, at most
