@@ -92,18 +92,25 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 	} else {
 		bad = append(bad, Detail{"/correlacao_id", "deve ser um UUID"})
 	}
+	if req.Solicitacao != "" {
+		if id, ok := canonicalUUID(req.Solicitacao); ok {
+			ev.Solicitacao = id
+		} else {
+			bad = append(bad, Detail{"/solicitacao", "deve ser o UUID (x-solicitacao-id) do comando"})
+		}
+	}
+	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255) {
+		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas, até 255 caracteres"})
+	}
 	if a := req.Autoria; a != nil {
-		if a.ID == "" {
-			bad = append(bad, Detail{"/autoria/id", "obrigatório"})
+		if a.ID == "" || len(a.ID) > 255 {
+			bad = append(bad, Detail{"/autoria/id", "obrigatório, até 255 caracteres"})
 		}
 		switch a.Tipo {
 		case "usuario", "integrador", "sistema":
 		default:
 			bad = append(bad, Detail{"/autoria/tipo", "deve ser usuario, integrador ou sistema"})
 		}
-	}
-	if len(ev.Agregado) > 255 {
-		bad = append(bad, Detail{"/agregado", "no máximo 255 caracteres"})
 	}
 	if len(bad) > 0 {
 		return Event{}, false, &Error{Code: EInvalid, Message: "formato inválido", Details: bad}
@@ -120,11 +127,7 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 	if err != nil {
 		return Event{}, false, &Error{Code: EMalformed, Message: "payload não é JSON válido", Err: err}
 	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return Event{}, false, &Error{Code: EInvalid, Message: "payload deve ser um objeto não nulo",
-			Details: []Detail{{"/payload", "deve ser um objeto JSON"}}}
-	}
+	obj := doc.(map[string]any) // raw starts with '{' and parsed
 	if details := tv.validatePayload(doc); len(details) > 0 {
 		return p.existingOr(ctx, req.EventID != "", ev.EventID, &Error{Code: EInvalid,
 			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details})

@@ -145,6 +145,13 @@ func (db *DB) Pragma(ctx context.Context, name string, writer bool) (string, err
 // Backup writes a consistent copy of the live database to path. VACUUM INTO
 // reads one snapshot, so writers carry on meanwhile.
 func (db *DB) Backup(ctx context.Context, path string) error {
+	// The copy holds what the database holds: owner-only, created here so
+	// VACUUM INTO (which accepts an empty file) never makes it world-readable.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
 	conn, err := sql.Open(DriverName, DSN(db.Path, false))
 	if err != nil {
 		return err

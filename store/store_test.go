@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -254,6 +255,9 @@ func TestBackupIsAConsistentCopy(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "copy.db")
 	if err := db.Backup(t.Context(), out); err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a backup holds secrets and must be 0600: %v %v", fi.Mode(), err)
 	}
 	cp, err := store.Open(t.Context(), out, store.Options{})
 	if err != nil {

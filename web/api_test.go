@@ -648,7 +648,7 @@ func TestPublishStoresTheRedactedRecord(t *testing.T) {
 	body["timestamp"] = "2026-10-31T08:00:00.123Z"
 	body["agregado"] = "jornada:42"
 	body["autoria"] = map[string]string{"id": "srv-7", "tipo": "usuario"}
-	body["solicitacao"] = "sol-1"
+	body["solicitacao"] = "0199bb3e-0000-7000-8000-0000000000bb"
 
 	res := env.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body).want(t, http.StatusCreated)
 	if loc := res.Header.Get("Location"); loc != "/api/events/"+eventID {
@@ -664,7 +664,7 @@ func TestPublishStoresTheRedactedRecord(t *testing.T) {
 
 	t.Run("the record holds what was published", func(t *testing.T) {
 		if ev.Sequence < 1 || ev.EventID != eventID || ev.Tipo != "jornada:iniciada" || ev.VersaoSchema != "1.0.0" ||
-			ev.Origem != "rh" || ev.CorrelacaoID != corr || ev.Agregado != "jornada:42" || ev.Solicitacao != "sol-1" ||
+			ev.Origem != "rh" || ev.CorrelacaoID != corr || ev.Agregado != "jornada:42" || ev.Solicitacao != "0199bb3e-0000-7000-8000-0000000000bb" ||
 			ev.Autoria == nil || *ev.Autoria != (app.Autoria{ID: "srv-7", Tipo: "usuario"}) {
 			t.Errorf("record = %+v", ev)
 		}

@@ -37,3 +37,28 @@ func TestEdgeCases(t *testing.T) {
 			status: 422, caminhos: []string{"/versao_schema"}})
 	})
 }
+
+func TestPublishRefusesImpersonationAndLooseFields(t *testing.T) {
+	env := apiSetup(t)
+	env.registerTypes(t)
+	before := env.count(t)
+	for _, sc := range []apiScenario{
+		{name: "a producer cannot claim an integrator's authorship", method: http.MethodPost, route: "/api/events",
+			role: app.PapelProdutor, body: map[string]any{"tipo": "teste:livre", "origem": "t", "payload": map[string]any{},
+				"autoria": map[string]string{"id": "cad-1", "tipo": "integrador"}}, status: 403, caminhos: []string{"/autoria/tipo"}},
+		{name: "solicitacao must be a command id", method: http.MethodPost, route: "/api/events", role: app.PapelProdutor,
+			body: map[string]any{"tipo": "teste:livre", "origem": "t", "payload": map[string]any{}, "solicitacao": "abc"},
+			status: 422, caminhos: []string{"/solicitacao"}},
+		{name: "a blank aggregate is refused", method: http.MethodPost, route: "/api/events", role: app.PapelProdutor,
+			body: map[string]any{"tipo": "teste:livre", "origem": "t", "payload": map[string]any{}, "agregado": "  "},
+			status: 422, caminhos: []string{"/agregado"}},
+		{name: "a replay of too many types is refused", method: http.MethodGet,
+			route: "/api/events/replay?tipos=" + strings.Repeat("a:b,", 51), role: app.PapelLeitor, status: 422,
+			caminhos: []string{"/tipos"}},
+	} {
+		t.Run(sc.name, func(t *testing.T) { env.run(t, sc) })
+	}
+	if env.count(t) != before {
+		t.Fatal("a refused publish reached the log")
+	}
+}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +16,13 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	var req app.PublishRequest
 	if err := decodeJSON(r, &req); err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	// Authorship by an integrator routes events and claims aggregates; only
+	// the command API, which authenticates the integrator, may set it.
+	if req.Autoria != nil && req.Autoria.Tipo == "integrador" {
+		s.fail(w, r, &app.Error{Code: app.EForbidden, Message: "autoria de integrador é reservada à API de comandos",
+			Details: []app.Detail{{Caminho: "/autoria/tipo", Mensagem: "use usuario ou sistema"}}})
 		return
 	}
 	ev, created, err := s.Publisher.Publish(r.Context(), req)
@@ -128,6 +136,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 			tipos = append(tipos, t)
 		}
 	}
+	if len(tipos) > maxReplayTypes {
+		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "tipos demais",
+			Details: []app.Detail{{Caminho: "/tipos", Mensagem: fmt.Sprintf("no máximo %d tipos", maxReplayTypes)}}})
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	flusher, _ := w.(http.Flusher)
 	buf := make([]byte, 0, 64<<10)
@@ -189,6 +202,10 @@ func (s *Server) reprocessDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, res)
 }
+
+// maxReplayTypes bounds the type filter of a replay (each is a bound SQL
+// parameter).
+const maxReplayTypes = 50
 
 // knownParams refuses query parameters a route does not take: a misspelt
 // filter (limit for limite) would otherwise be silently ignored.

@@ -91,19 +91,39 @@ func masterKey(path string) ([]byte, error) {
 	}
 	key = make([]byte, 32)
 	rand.Read(key)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Write a temporary file and link it into place: a crash never leaves a
+	// short key, and of two processes creating it at once one wins and the
+	// other reads the winner's key.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".master.key-*")
 	if err != nil {
 		return nil, fmt.Errorf("create master key: %w", err)
 	}
-	if _, err := f.Write(key); err != nil {
-		f.Close()
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(key); err != nil {
+		tmp.Close()
 		return nil, fmt.Errorf("write master key: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
 		return nil, fmt.Errorf("write master key: %w", err)
 	}
-	return key, f.Close()
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return masterKey(path)
+	} else if err != nil {
+		return nil, fmt.Errorf("install master key: %w", err)
+	}
+	if dir, err := os.Open(filepath.Dir(path)); err == nil {
+		dir.Sync()
+		dir.Close()
+	}
+	return key, nil
 }
 
 func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
@@ -161,8 +181,12 @@ func (m *Main) Run(ctx context.Context) error {
 	auth := &app.Auth{Store: db, Now: time.Now}
 	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create admin operator: %w", err)
-	} else if created {
+	} else if created && cfg.AdminPassword == "" {
+		// Only a generated password is printed: one given in the
+		// environment must not end up in container logs.
 		fmt.Fprintf(m.Stdout, "\n  Operador admin criado. Senha (mostrada só agora): %s\n\n", pw)
+	} else if created {
+		fmt.Fprintln(m.Stdout, "Operador admin criado com a senha de GEOHUB_ADMIN_PASSWORD.")
 	}
 
 	sealer, err := app.NewSealer(key)
@@ -199,7 +223,13 @@ func (m *Main) Run(ctx context.Context) error {
 		stopWorkers()
 		consumers.Wait()
 	}()
+	// SIGTERM during the start-up replay stops it too.
+	stopOnSignal := context.AfterFunc(ctx, stopWorkers)
+	defer stopOnSignal()
 	if err := consumers.Start(runCtx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	dispatched := make(chan struct{})
