@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,6 +80,7 @@ type Dispatcher struct {
 
 	bmu      sync.Mutex
 	breakers map[string]*breaker
+	running  atomic.Bool
 	turn     int // rotates who gets the first free slot
 
 	once   sync.Once
@@ -127,6 +129,9 @@ func (d *Dispatcher) init() {
 	})
 }
 
+// Running reports whether Run is delivering: /readyz.
+func (d *Dispatcher) Running() bool { return d.running.Load() }
+
 // Wake asks for a claim now; it never blocks.
 func (d *Dispatcher) Wake() {
 	d.init()
@@ -140,6 +145,8 @@ func (d *Dispatcher) Wake() {
 // the 5 s timeout), records their outcomes and releases its leases.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.init()
+	d.running.Store(true)
+	defer d.running.Store(false)
 	results := make(chan DeliveryResult, d.MaxInFlight)
 	inFlight := map[string]int{}
 	total := 0

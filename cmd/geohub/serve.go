@@ -274,7 +274,12 @@ func (m *Main) Run(ctx context.Context) error {
 		Integrators: integrators,
 		Logger:      logger,
 		Gatherer:    reg,
-		Ready:       db.Ping,
+		Ready: func(ctx context.Context) error {
+			if !dispatcher.Running() {
+				return errors.New("dispatcher not running")
+			}
+			return db.Ping(ctx)
+		},
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
