@@ -63,6 +63,7 @@ type Dispatcher struct {
 	Metrics     *Metrics
 	Version     string
 
+	Timeout       time.Duration // one attempt's limit; default 5 s
 	Worker        string        // lease owner id; default a fresh UUID
 	Lease         time.Duration // default 30 s
 	Sweep         time.Duration // default 15 s
@@ -97,6 +98,9 @@ func (d *Dispatcher) init() {
 		if d.Lease == 0 {
 			d.Lease = DefaultLease
 		}
+		if d.Timeout == 0 {
+			d.Timeout = DeliveryTimeout
+		}
 		if d.Sweep == 0 {
 			d.Sweep = DefaultSweep
 		}
@@ -113,13 +117,13 @@ func (d *Dispatcher) init() {
 			d.Jitter = rand.Float64
 		}
 		d.breakers = map[string]*breaker{}
-		dialer := d.Policy.Dialer(&net.Dialer{Timeout: DeliveryTimeout})
+		dialer := d.Policy.Dialer(&net.Dialer{Timeout: d.Timeout})
 		d.client = &http.Client{
-			Timeout: DeliveryTimeout,
+			Timeout: d.Timeout,
 			Transport: &http.Transport{
 				DialContext:         dialer.DialContext,
 				Proxy:               nil, // a proxy would dial on our behalf, past the address check
-				TLSHandshakeTimeout: DeliveryTimeout,
+				TLSHandshakeTimeout: d.Timeout,
 				MaxIdleConnsPerHost: d.PerIntegrator,
 				IdleConnTimeout:     90 * time.Second,
 			},

@@ -29,6 +29,7 @@ type outboxKit struct {
 	dispatcher  *app.Dispatcher
 	deliveries  *app.Deliveries
 	clock       *fakeClock
+	stop        func() // stops the dispatcher as a shutdown does
 }
 
 func newOutboxKit(t *testing.T) *outboxKit {
@@ -59,13 +60,14 @@ func newOutboxKit(t *testing.T) *outboxKit {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
 		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
-		AutoDisable: app.DefaultAutoDisable}
+		AutoDisable: app.DefaultAutoDisable, Timeout: 300 * time.Millisecond}
 	db.OnCommit(func(b []app.Appended) { d.Wake() })
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done; db.Close() })
-	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock,
+	stop := func() { cancel(); <-done }
+	t.Cleanup(func() { stop(); db.Close() })
+	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock, stop: sync.OnceFunc(stop),
 		deliveries: &app.Deliveries{Store: db, Dispatcher: d, Now: clock.Now},
 		pub:        &app.Publisher{Log: db, Registry: reg, Integrators: ins, RedactionKey: make([]byte, 32), Now: clock.Now}}
 }
@@ -422,4 +424,67 @@ func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {
 func (k *outboxKit) active(id string) bool {
 	in, _ := k.integrators.Get(context.Background(), id)
 	return in.Ativo
+}
+
+func TestATimeoutIsRetried(t *testing.T) {
+	k := newOutboxKit(t)
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	calls := 0
+	rc := newReceiver(t, func(int, *http.Request) int {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			select { // outlives the dispatcher's timeout
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return 204
+	})
+	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"5s"} })
+	ev := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "timed-out attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	d := k.delivery(t, ev.EventID, in.ID)
+	if d.Status != app.EntregaPendente || !strings.Contains(d.UltimoErro, "Timeout") {
+		t.Fatalf("a timeout must be retried: %+v", d)
+	}
+	k.clock.Add(6 * time.Second)
+	k.dispatcher.Wake()
+	waitFor(t, "retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+}
+
+func TestDeliveredBodiesArePurgedAfterRetention(t *testing.T) {
+	k := newOutboxKit(t)
+	rc := newReceiver(t, nil)
+	in := k.integrator(t, rc, nil)
+	ev := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "delivery", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+	id := k.delivery(t, ev.EventID, in.ID).ID
+	if d, _ := k.deliveries.Get(context.Background(), id); d.Corpo == nil {
+		t.Fatal("the body is kept until the retention ends")
+	}
+	k.clock.Add(app.DefaultRetention + time.Hour)
+	k.dispatcher.Wake()
+	waitFor(t, "purge", func() bool { d, _ := k.deliveries.Get(context.Background(), id); return d.Corpo == nil })
+}
+
+func TestShutdownLeavesNoDeliveryLeased(t *testing.T) {
+	k := newOutboxKit(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	rc := newReceiver(t, func(int, *http.Request) int { <-hang; return 204 })
+	in := k.integrator(t, rc, nil)
+	for i := range 5 {
+		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
+	}
+	waitFor(t, "requests in flight", func() bool { return len(rc.requests()) >= 2 })
+	k.stop() // waits for in-flight attempts (bounded by the timeout), then releases
+	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaProcessando})
+	if page.Total != 0 {
+		t.Fatalf("%d deliveries still leased after shutdown", page.Total)
+	}
 }
