@@ -312,7 +312,22 @@ func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
 	k := newOutboxKit(t)
 	hang := make(chan struct{})
 	defer close(hang)
-	dead := newReceiver(t, func(int, *http.Request) int { <-hang; return 204 })
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	dead := newReceiver(t, func(_ int, r *http.Request) int {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		select { // hangs until the dispatcher gives up on it
+		case <-hang:
+		case <-r.Context().Done():
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return 204
+	})
 	healthy := newReceiver(t, nil)
 	k.integrator(t, dead, nil)
 	k.integrator(t, healthy, nil)
@@ -321,8 +336,12 @@ func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
 	}
 	// The dead one holds at most PerIntegrator requests; the rest flow.
 	waitFor(t, "healthy deliveries", func() bool { return len(healthy.requests()) == 30 })
-	if n := len(dead.requests()); n > 2 {
-		t.Fatalf("%d requests in flight to one integrator, want at most 2", n)
+	mu.Lock()
+	defer mu.Unlock()
+	// PerIntegrator is 2; the receiver notices an abandoned request a
+	// moment after the dispatcher frees its slot, hence one of slack.
+	if most > 3 {
+		t.Fatalf("%d requests at once to one integrator, want at most 2 (+1 of lag)", most)
 	}
 }
 
