@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"geohub/app"
@@ -142,5 +145,37 @@ func backupCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("backup: %w", err)
 	}
 	fmt.Println("backup written:", *out)
+	return nil
+}
+
+// verifySignatureCmd helps an integrator debug its receiver: it prints the
+// signature Geohub sends for a body (read raw from stdin, byte for byte) and,
+// given --signature, says whether it matches, comparing in constant time.
+func verifySignatureCmd(stdin io.Reader, stdout io.Writer, args []string) error {
+	fs := newFlags("verify-signature")
+	secret := fs.String("secret", envOr("GEOHUB_SECRET", ""), "the integrator's signing secret (env GEOHUB_SECRET)")
+	ts := fs.String("timestamp", "", "the X-Geohub-Timestamp header, epoch seconds")
+	sig := fs.String("signature", "", "the X-Geohub-Assinatura header to check (sha256=HEX); omit to only print")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	t, err := strconv.ParseInt(*ts, 10, 64)
+	if *secret == "" || err != nil {
+		return fmt.Errorf("--secret and a numeric --timestamp are required")
+	}
+	body, err := io.ReadAll(stdin)
+	if err != nil {
+		return err
+	}
+	want := app.Sign([]byte(*secret), t, body)
+	if *sig == "" {
+		fmt.Fprintln(stdout, want)
+		return nil
+	}
+	if !hmac.Equal([]byte(want), []byte(strings.TrimSpace(*sig))) {
+		fmt.Fprintf(stdout, "assinatura NÃO confere\nesperada: %s\n", want)
+		return fmt.Errorf("signature does not match")
+	}
+	fmt.Fprintln(stdout, "assinatura confere")
 	return nil
 }

@@ -18,6 +18,7 @@ Commands:
   geohub migrate [--data DIR]
   geohub token create --papel admin|operador|leitor|produtor [--nome NAME] [--data DIR]
   geohub backup  --out FILE [--data DIR]
+  geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
 
 Run "geohub <command> --help" for the flags of each command and the
 environment variable each flag reads.
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string) error {
 		return tokenCreateCmd(ctx, args[2:])
 	case "backup":
 		return backupCmd(ctx, args[1:])
+	case "verify-signature":
+		return verifySignatureCmd(os.Stdin, os.Stdout, args[1:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return nil
