@@ -570,6 +570,36 @@ func TestConsumers(t *testing.T) {
 	})
 }
 
+func TestALaggingConsumerHoldsBoundedBytes(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var seqs []int64
+	b := setup(t, "", func(c *app.Consumers) {
+		c.HandlerTimeout = time.Hour
+		c.Subscribe("teste:b", "lenta", "h", func(ctx context.Context, ev app.Event) error {
+			<-release
+			mu.Lock()
+			seqs = append(seqs, ev.Sequence)
+			mu.Unlock()
+			return nil
+		})
+	})
+	big := json.RawMessage(`{"blob":"` + strings.Repeat("x", 900<<10) + `"}`)
+	const n = 48 // about 86 MiB of payloads (full and redacted) against a 32 MiB bound
+	for range n {
+		b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: big})
+	}
+	close(release)
+	waitFor(t, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("event %d has sequence %d: lost, repeated or out of order", i, s)
+		}
+	}
+}
+
 func TestRegistry(t *testing.T) {
 	b := setup(t, "", nil)
 	ctx := t.Context()

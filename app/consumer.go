@@ -115,9 +115,13 @@ func (c *Consumers) Subscribe(tipo, colonia, handlerNome string, fn Handler) {
 	k.handlers[tipo] = subscription{tipo: tipo, colonia: colonia, nome: handlerNome, fn: fn}
 }
 
-// liveBuffer bounds what a consumer holds in memory; past it, the consumer
-// drops live events and catches up from the log instead of slowing the bus.
-const liveBuffer = 4096
+// liveBuffer and liveBufferBytes bound what a consumer holds in memory;
+// past either, the consumer drops live events and catches up from the log
+// instead of slowing the bus or growing without bound.
+const (
+	liveBuffer      = 4096
+	liveBufferBytes = 32 << 20
+)
 
 // Start seeds missing cursors with the log's highest sequence and starts one
 // goroutine per colonia; each replays what it missed before following live
@@ -181,8 +185,14 @@ func (c *Consumers) Committed(batch []Appended) {
 			if _, ok := k.handlers[a.Event.Tipo]; !ok {
 				continue
 			}
+			size := int64(len(a.FullPayload) + len(a.Event.Payload))
+			if k.queued.Load()+size > liveBufferBytes {
+				k.overflow.Store(true)
+				continue
+			}
 			select {
 			case k.live <- a:
+				k.queued.Add(size)
 			default:
 				k.overflow.Store(true)
 			}
@@ -255,6 +265,7 @@ type consumer struct {
 	handlers  map[string]subscription
 	live      chan Appended
 	overflow  atomic.Bool
+	queued    atomic.Int64 // payload bytes waiting in live
 	reprocess chan reprocessReq
 
 	held    *Appended        // first live event met during catch-up
@@ -307,7 +318,7 @@ func (k *consumer) catchUp(ctx context.Context) error {
 	// anything dropped before is already in the log read below.
 	k.overflow.Store(false)
 	for len(k.live) > 0 {
-		<-k.live
+		k.dequeued(<-k.live)
 	}
 	k.held = nil
 	cursors, err := c.Store.Cursors(ctx, k.colonia)
@@ -336,6 +347,7 @@ func (k *consumer) catchUp(ctx context.Context) error {
 		if k.held == nil {
 			select {
 			case a := <-k.live:
+				k.dequeued(a)
 				k.held = &a
 			default:
 			}
@@ -381,11 +393,16 @@ func (k *consumer) follow(ctx context.Context) bool {
 			res, err := k.reprocessDLQ(ctx)
 			req.done <- reprocessRes{res, err}
 		case a := <-k.live:
+			k.dequeued(a)
 			if !k.apply(ctx, a) {
 				return true
 			}
 		}
 	}
+}
+
+func (k *consumer) dequeued(a Appended) {
+	k.queued.Add(-int64(len(a.FullPayload) + len(a.Event.Payload)))
 }
 
 // apply handles one live event; false means the queue overflowed and the
