@@ -54,6 +54,7 @@ type Operator struct {
 type AuthStore interface {
 	InsertToken(ctx context.Context, t Token, hash string) error
 	TokenByHash(ctx context.Context, hash string) (Token, error)
+	RevokeToken(ctx context.Context, id string, at time.Time) error
 	InsertOperator(ctx context.Context, o Operator, senhaHash string) (bool, error)
 	OperatorByLogin(ctx context.Context, login string) (Operator, string, error)
 }
@@ -116,6 +117,16 @@ func (a *Auth) Authenticate(ctx context.Context, secret string) (Token, error) {
 	}
 	a.cache.Store(hash, cachedToken{t, now.Add(tokenCacheTTL)})
 	return t, nil
+}
+
+// RevokeToken ends a token. A server that validated it keeps accepting it
+// from memory for at most tokenCacheTTL.
+func (a *Auth) RevokeToken(ctx context.Context, id string) error {
+	err := a.Store.RevokeToken(ctx, id, a.Now().UTC())
+	if errors.Is(err, ErrNotFound) {
+		return Errorf(ENotFound, "token %s não existe ou já foi revogado", id)
+	}
+	return err
 }
 
 // Allow returns EForbidden unless the token's role is one of roles.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"time"
 
 	"geohub/app"
 )
@@ -28,6 +29,20 @@ func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
 	}
 	t.CriadoEm = fromMS(criado)
 	return t, err
+}
+
+// RevokeToken implements app.AuthStore.
+func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(`UPDATE api_token SET revogado_em = ? WHERE id = ? AND revogado_em IS NULL`, ms(at), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
 }
 
 // InsertOperator implements app.AuthStore; false when the login exists.

@@ -102,6 +102,29 @@ func tokenCreateCmd(ctx context.Context, args []string) error {
 	return createToken(ctx, os.Stdout, *data, app.Papel(*papel), *nome)
 }
 
+func tokenRevokeCmd(ctx context.Context, args []string) error {
+	fs := newFlags("token revoke")
+	data := dataFlag(fs)
+	id := fs.String("id", "", "the token's id, as token create printed it")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	if *id == "" {
+		return fmt.Errorf("--id is required")
+	}
+	db, _, err := openData(ctx, *data)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	auth := &app.Auth{Store: db, Now: time.Now}
+	if err := auth.RevokeToken(ctx, *id); err != nil {
+		return err
+	}
+	fmt.Printf("token %s revogado; servidores em execução o recusam em até 30 s\n", *id)
+	return nil
+}
+
 // createToken prints the token alone on the last line of out: scripts take
 // it with `tail -n1`. Only its hash is stored.
 func createToken(ctx context.Context, out io.Writer, data string, papel app.Papel, nome string) error {

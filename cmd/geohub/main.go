@@ -17,6 +17,7 @@ Commands:
   geohub serve   [--data DIR] [--addr HOST:PORT] [--demo] [--insecure-callbacks]
   geohub migrate [--data DIR]
   geohub token create --papel admin|operador|leitor|produtor [--nome NAME] [--data DIR]
+  geohub token revoke --id ID [--data DIR]
   geohub backup  --out FILE [--data DIR]
   geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
 
@@ -44,10 +45,13 @@ func run(ctx context.Context, args []string) error {
 	case "migrate":
 		return migrateCmd(ctx, args[1:])
 	case "token":
-		if len(args) < 2 || args[1] != "create" {
-			return fmt.Errorf(`usage: geohub token create --papel ROLE [--nome NAME] [--data DIR]`)
+		switch {
+		case len(args) >= 2 && args[1] == "create":
+			return tokenCreateCmd(ctx, args[2:])
+		case len(args) >= 2 && args[1] == "revoke":
+			return tokenRevokeCmd(ctx, args[2:])
 		}
-		return tokenCreateCmd(ctx, args[2:])
+		return fmt.Errorf(`usage: geohub token create --papel ROLE [--nome NAME] [--data DIR] | geohub token revoke --id ID [--data DIR]`)
 	case "backup":
 		return backupCmd(ctx, args[1:])
 	case "verify-signature":
