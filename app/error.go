@@ -13,16 +13,17 @@ import (
 type Code string
 
 const (
-	EInvalid      Code = "invalido"        // 422: well-formed input that breaks a rule
-	EMalformed    Code = "malformado"      // 400: input that cannot be parsed
-	ENotFound     Code = "nao_encontrado"  // 404
-	EConflict     Code = "conflito"        // 409
-	EUnauthorized Code = "nao_autenticado" // 401
-	EForbidden    Code = "proibido"        // 403
-	ETooLarge     Code = "grande_demais"   // 413
-	ERateLimited  Code = "limite_de_taxa"  // 429
-	EUnavailable  Code = "indisponivel"    // 503
-	EInternal     Code = "interno"         // 500
+	EInvalid      Code = "invalido"             // 422: well-formed input that breaks a rule
+	EMalformed    Code = "malformado"           // 400: input that cannot be parsed
+	ENotFound     Code = "nao_encontrado"       // 404
+	EConflict     Code = "conflito"             // 409
+	EUnauthorized Code = "nao_autenticado"      // 401
+	EForbidden    Code = "proibido"             // 403
+	EMethod       Code = "metodo_nao_permitido" // 405
+	ETooLarge     Code = "grande_demais"        // 413
+	ERateLimited  Code = "limite_de_taxa"       // 429
+	EUnavailable  Code = "indisponivel"         // 503
+	EInternal     Code = "interno"              // 500
 )
 
 // Detail is one precise finding, located by a JSON pointer into the input.

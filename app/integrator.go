@@ -98,6 +98,7 @@ type Integrators struct {
 	Policy CallbackPolicy
 	Now    func() time.Time
 
+	writeMu sync.Mutex // serialises read-modify-write changes of the cadastro
 	mu      sync.RWMutex
 	all     []Integrator
 	secrets map[string]openSecrets // opened secrets, per integrator
@@ -188,6 +189,8 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 
 // Update applies a patch; a changed callback URL or allowlist is checked again.
 func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) (Integrator, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	in, err := s.Get(ctx, id)
 	if err != nil {
 		return Integrator{}, err
@@ -290,6 +293,8 @@ func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous
 // reactivate makes an integrator active after a successful verification,
 // ending its failing period.
 func (s *Integrators) reactivate(ctx context.Context, id string) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	in, err := s.Get(ctx, id)
 	if err != nil {
 		return err
@@ -303,6 +308,8 @@ func (s *Integrators) reactivate(ctx context.Context, id string) error {
 
 // Disable sets an integrator inactive with the reason (auto-disable).
 func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	in, err := s.Get(ctx, id)
 	if err != nil {
 		return err

@@ -71,6 +71,7 @@ type Registry struct {
 	store RegistryStore
 	now   func() time.Time
 
+	writeMu  sync.Mutex // serialises changes
 	mu       sync.RWMutex
 	versions map[string]*compiled // key tipo + "@" + versao
 }
@@ -127,6 +128,10 @@ func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (
 		return TypeVersion{}, &Error{Code: EInvalid, Message: "status inválido",
 			Details: []Detail{{Caminho: "/status", Mensagem: "deve ser ativo ou deprecado"}}}
 	}
+	// One change at a time, store then memory, so two concurrent PATCHes
+	// cannot leave publishes following a status the database does not have.
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	r.mu.RLock()
 	c, ok := r.versions[tipo+"@"+versao]
 	r.mu.RUnlock()

@@ -79,11 +79,37 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, app.Errorf(app.ENotFound, "rota não encontrada"))
-	})
-	return s.logRequests(mux)
+	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			s.unrouted(w, r, mux)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
 }
+
+// unrouted answers what no route takes in the API's error shape, keeping the
+// mux's verdict: 404, or 405 with its Allow header.
+func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	verdict := &headerOnly{header: http.Header{}}
+	mux.ServeHTTP(verdict, r)
+	if verdict.status == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", verdict.header.Get("Allow"))
+		s.fail(w, r, app.Errorf(app.EMethod, "método %s não permitido nesta rota", r.Method))
+		return
+	}
+	s.fail(w, r, app.Errorf(app.ENotFound, "rota não encontrada"))
+}
+
+// headerOnly records a handler's status and headers and drops its body.
+type headerOnly struct {
+	header http.Header
+	status int
+}
+
+func (h *headerOnly) Header() http.Header         { return h.header }
+func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerOnly) WriteHeader(status int)      { h.status = status }
 
 type tokenKey struct{}
 
@@ -129,6 +155,7 @@ var statusOf = map[app.Code]int{
 	app.EConflict:     http.StatusConflict,
 	app.EUnauthorized: http.StatusUnauthorized,
 	app.EForbidden:    http.StatusForbidden,
+	app.EMethod:       http.StatusMethodNotAllowed,
 	app.ETooLarge:     http.StatusRequestEntityTooLarge,
 	app.ERateLimited:  http.StatusTooManyRequests,
 	app.EUnavailable:  http.StatusServiceUnavailable,
