@@ -142,6 +142,12 @@ func Allow(t Token, roles ...Papel) error {
 // EnsureAdmin creates the admin operator on first start. password may be
 // empty, in which case one is generated; it is returned only when created.
 func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, error) {
+	// bcrypt costs tens of milliseconds: spend it only on the first start.
+	if _, _, err := a.Store.OperatorByLogin(ctx, "admin"); err == nil {
+		return "", false, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return "", false, err
+	}
 	if password == "" {
 		password = randomString(18)
 	}
