@@ -24,6 +24,13 @@ type writeStmts struct {
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
 	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
+// claimSQL leases one integrator's oldest due rows: a range seek on
+// outbox_claim_idx, whatever the backlog.
+const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
+	WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
+		ORDER BY proxima_tentativa, id LIMIT ?)
+	RETURNING ` + deliveryColumns + `, corpo`
+
 func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	var err error
 	if s.insertEvent, err = db.PrepareContext(ctx, `INSERT INTO event_log (event_id, tipo, versao_schema,
@@ -35,10 +42,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	if s.eventByID, err = db.PrepareContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`); err != nil {
 		return fmt.Errorf("prepare event by id: %w", err)
 	}
-	if s.claim, err = db.PrepareContext(ctx, `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
-		WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
-			ORDER BY proxima_tentativa, id LIMIT ?)
-		RETURNING `+deliveryColumns+`, corpo`); err != nil {
+	if s.claim, err = db.PrepareContext(ctx, claimSQL); err != nil {
 		return fmt.Errorf("prepare claim: %w", err)
 	}
 	return nil

@@ -56,6 +56,15 @@ func TestQueryPlans(t *testing.T) {
 	t.Cleanup(func() { explain.Close() })
 
 	ts := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	deliveries := func(f app.DeliveryFilter) func() error {
+		return func() error {
+			if f.Limite == 0 {
+				f.Limite = app.DefaultLimite
+			}
+			_, _, err := db.Deliveries(ctx, f)
+			return err
+		}
+	}
 	events := func(f app.EventFilter) func() error {
 		return func() error {
 			if f.Limite == 0 {
@@ -71,6 +80,7 @@ func TestQueryPlans(t *testing.T) {
 		// sql and args explain a writer statement instead (copied, see above).
 		sql  string
 		args []any
+		file string // the source holding a copied sql (default consumers.go); "-" when sql is the store's constant
 		// unfiltered: the query has no WHERE, so a SCAN in index order is fine.
 		unfiltered bool
 	}
@@ -110,6 +120,20 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Cursors", run: func() error { _, err := db.Cursors(ctx, "colonia-1"); return err }},
 		{name: "TokenByHash", run: func() error { _, err := db.TokenByHash(ctx, "hash-1"); return err }},
 		{name: "OperatorByLogin", run: func() error { _, _, err := db.OperatorByLogin(ctx, "login-1"); return err }},
+		{name: "Deliveries no filter", run: deliveries(app.DeliveryFilter{}), unfiltered: true},
+		{name: "Deliveries integrador", run: deliveries(app.DeliveryFilter{Integrador: "int-1"})},
+		{name: "Deliveries status", run: deliveries(app.DeliveryFilter{Status: app.EntregaFalhou})},
+		{name: "Deliveries integrador status", run: deliveries(app.DeliveryFilter{Integrador: "int-1", Status: app.EntregaFalhou})},
+		{name: "Deliveries tipo", run: deliveries(app.DeliveryFilter{Tipo: "plano:a"})},
+		{name: "Deliveries agregado", run: deliveries(app.DeliveryFilter{Agregado: "ocorrencia:7"})},
+		{name: "Deliveries event_id", run: deliveries(app.DeliveryFilter{EventID: ids.event})},
+		{name: "Delivery by id", run: func() error { _, _, err := db.Delivery(ctx, 1); return err }},
+		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}); return err }},
+		{name: "OutboxBacklog", run: func() error { _, err := db.OutboxBacklog(ctx); return err }},
+		{name: "Integrator by API key", run: func() error { _, err := db.IntegratorByAPIKey(ctx, "hash"); return err }},
+		// Writer statements (events.go).
+		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
+			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},
 		// Writer statements (consumers.go).
 		{name: "AdvanceCursors clamp (writer)", sql: planAdvanceCursorSQL,
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},
@@ -129,7 +153,13 @@ func TestQueryPlans(t *testing.T) {
 					t.Fatal("the store ran no statement on the reader pool")
 				}
 			} else {
-				planAssertInSource(t, "consumers.go", c.sql)
+				switch c.file {
+				case "-": // the store's own constant: nothing copied
+				case "":
+					planAssertInSource(t, "consumers.go", c.sql)
+				default:
+					planAssertInSource(t, c.file, c.sql)
+				}
 				stmts = []planStmt{{query: c.sql, args: c.args}}
 			}
 			var problems []string
