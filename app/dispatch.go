@@ -163,15 +163,23 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
 		}
 	}
+	send := func(del Delivery) {
+		inFlight[del.Integrador]++
+		total++
+		go func() { results <- d.deliver(sendCtx, del) }()
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// Claims happen when woken (a commit, the timer) and, in the same
+	// transaction as their outcomes, when deliveries finish.
+	claimNow := true
 	for {
 		if ctx.Err() == nil {
 			if now := d.Now(); now.Sub(lastReap) >= d.Sweep {
 				lastReap = now
 				d.housekeep(ctx, now)
 			}
-			for total < d.MaxInFlight {
+			for claimNow && total < d.MaxInFlight {
 				quotas, _, _ := d.quotas(inFlight, d.MaxInFlight-total)
 				if len(quotas) == 0 {
 					break
@@ -184,9 +192,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					break
 				}
 				for _, del := range claimed {
-					inFlight[del.Integrador]++
-					total++
-					go func() { results <- d.deliver(sendCtx, del) }()
+					send(del)
 				}
 				if len(claimed) == 0 {
 					break
@@ -199,17 +205,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			return nil
 		}
+		claimNow = false
 		select {
 		case <-d.wake:
+			claimNow = true
 		case <-timer.C:
+			claimNow = true
 		case <-ctx.Done():
 			if total == 0 {
 				continue
 			}
 			r := <-results
-			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total)
+			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total, false, send)
 		case r := <-results:
-			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total)
+			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total, ctx.Err() == nil, send)
 		}
 	}
 }
@@ -227,13 +236,10 @@ func (d *Dispatcher) drain(first DeliveryResult, results chan DeliveryResult) []
 	}
 }
 
-func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFlight map[string]int, total *int) {
-	failing, err := d.Store.FinishDeliveries(ctx, batch)
-	if err != nil {
-		// The leases expire and the reaper hands the rows out again:
-		// at-least-once holds, at the cost of a repeat.
-		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
-	}
+// finish records a batch of outcomes and, in the same transaction, claims
+// what the freed slots can take (unless shutting down), which it sends.
+func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFlight map[string]int, total *int,
+	claim bool, send func(Delivery)) {
 	var now time.Time // the latest attempt's end: when the failures happened
 	for _, r := range batch {
 		in := r.Integrador
@@ -247,6 +253,19 @@ func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFligh
 		}
 		d.trip(in, r.Falha, at)
 		d.Metrics.delivered(r)
+	}
+	var quotas []Quota
+	if claim {
+		quotas, _, _ = d.quotas(inFlight, d.MaxInFlight-*total)
+	}
+	failing, claimed, err := d.Store.FinishDeliveries(ctx, batch, d.Worker, d.Now(), d.Lease, quotas)
+	if err != nil {
+		// The leases expire and the reaper hands the rows out again:
+		// at-least-once holds, at the cost of a repeat.
+		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
+	}
+	for _, del := range claimed {
+		send(del)
 	}
 	for id, since := range failing {
 		// Checked at a failure, so the last failure is now: both the 120 h

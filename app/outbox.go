@@ -94,8 +94,11 @@ type OutboxStore interface {
 	// of each integrator in quotas, oldest due first.
 	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, quotas []Quota) ([]Delivery, error)
 	// FinishDeliveries records outcomes and each integrator's failing period,
-	// returning when each integrator that failed in the batch started failing.
-	FinishDeliveries(ctx context.Context, results []DeliveryResult) (map[string]time.Time, error)
+	// returning when each integrator that failed in the batch started failing,
+	// and in the same transaction claims by quotas (none when nil): one
+	// commit, not two, per round of the dispatcher.
+	FinishDeliveries(ctx context.Context, results []DeliveryResult, worker string, now time.Time, lease time.Duration,
+		quotas []Quota) (map[string]time.Time, []Delivery, error)
 	// ReapDeliveries returns rows whose lease expired to pendente, or to
 	// falhou once they took a worker down maxQuedas times.
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)

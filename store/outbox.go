@@ -78,40 +78,49 @@ func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time,
 	quotas []app.Quota) ([]app.Delivery, error) {
 	var out []app.Delivery
 	err := db.do(ctx, func(tx *wtx) error {
-		out = out[:0]
-		claim := tx.stmt(tx.stmts.claim)
-		for _, q := range quotas {
-			if q.N <= 0 {
-				continue
-			}
-			rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N)
-			if err != nil {
-				return fmt.Errorf("claim deliveries: %w", err)
-			}
-			for rows.Next() {
-				d, err := scanDelivery(rows, true)
-				if err != nil {
-					rows.Close()
-					return err
-				}
-				out = append(out, d)
-			}
-			if err := rows.Close(); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		out, err = tx.claim(worker, now, lease, quotas)
+		return err
 	})
 	return out, err
+}
+
+func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas []app.Quota) ([]app.Delivery, error) {
+	var out []app.Delivery
+	claim := tx.stmt(tx.stmts.claim)
+	for _, q := range quotas {
+		if q.N <= 0 {
+			continue
+		}
+		rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N)
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		for rows.Next() {
+			d, err := scanDelivery(rows, true)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, d)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // FinishDeliveries implements app.OutboxStore: one transaction for a batch
 // of outcomes. A row whose lease this worker lost (the reaper gave it to
 // another) is left alone, but its attempt is still recorded.
-func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult) (map[string]time.Time, error) {
+func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult, worker string, now time.Time,
+	lease time.Duration, quotas []app.Quota) (map[string]time.Time, []app.Delivery, error) {
 	failing := map[string]time.Time{}
+	var claimed []app.Delivery
 	err := db.do(ctx, func(tx *wtx) error {
 		clear(failing)
+		cleared := map[string]bool{}
 		for _, r := range results {
 			var entregue any
 			if r.Status == app.EntregaEntregue {
@@ -134,13 +143,18 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
 			if !r.Falha {
+				delete(failing, r.Integrador)
+				if cleared[r.Integrador] {
+					continue // once per integrator and batch
+				}
+				cleared[r.Integrador] = true
 				if _, err := tx.Exec(`UPDATE integrator SET falhando_desde = NULL
 					WHERE id = ? AND falhando_desde IS NOT NULL`, r.Integrador); err != nil {
 					return err
 				}
-				delete(failing, r.Integrador)
 				continue
 			}
+			delete(cleared, r.Integrador)
 			var since int64
 			if err := tx.QueryRow(`UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
 				WHERE id = ? RETURNING falhando_desde`, ms(a.Inicio), r.Integrador).Scan(&since); err != nil {
@@ -148,9 +162,11 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			}
 			failing[r.Integrador] = fromMS(since)
 		}
-		return nil
+		var err error
+		claimed, err = tx.claim(worker, now, lease, quotas)
+		return err
 	})
-	return failing, err
+	return failing, claimed, err
 }
 
 // ReapDeliveries implements app.OutboxStore.
