@@ -111,8 +111,6 @@ func (h *headerOnly) Header() http.Header         { return h.header }
 func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
 func (h *headerOnly) WriteHeader(status int)      { h.status = status }
 
-type tokenKey struct{}
-
 // authed admits a request whose bearer token has one of roles: 401 without
 // a valid token, 403 with the wrong role.
 func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
@@ -137,7 +135,7 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+		h(w, r)
 	})
 }
 
