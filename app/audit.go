@@ -21,16 +21,21 @@ type Audit struct {
 
 // Events returns one page; limite defaults to 100 and is capped at 500.
 func (a *Audit) Events(ctx context.Context, f EventFilter) (Page[Event], error) {
-	if f.Limite <= 0 {
-		f.Limite = DefaultLimite
-	}
-	f.Limite = min(f.Limite, MaxLimite)
-	f.Deslocamento = max(f.Deslocamento, 0)
+	f.Limite, f.Deslocamento = pageBounds(f.Limite, f.Deslocamento)
 	rows, total, err := a.Log.Events(ctx, f)
 	if err != nil {
 		return Page[Event]{}, err
 	}
 	return Page[Event]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}, nil
+}
+
+// pageBounds applies the paging rules of every list: limite defaults to 100
+// and is capped at 500; deslocamento is never negative.
+func pageBounds(limite, deslocamento int) (int, int) {
+	if limite <= 0 {
+		limite = DefaultLimite
+	}
+	return min(limite, MaxLimite), max(deslocamento, 0)
 }
 
 // Event returns one record or ENotFound.

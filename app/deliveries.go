@@ -22,11 +22,7 @@ func (s *Deliveries) List(ctx context.Context, f DeliveryFilter) (Page[Delivery]
 		return Page[Delivery]{}, &Error{Code: EInvalid, Message: "status inválido",
 			Details: []Detail{{"/status", "deve ser pendente, processando, entregue ou falhou"}}}
 	}
-	if f.Limite <= 0 {
-		f.Limite = DefaultLimite
-	}
-	f.Limite = min(f.Limite, MaxLimite)
-	f.Deslocamento = max(f.Deslocamento, 0)
+	f.Limite, f.Deslocamento = pageBounds(f.Limite, f.Deslocamento)
 	rows, total, err := s.Store.Deliveries(ctx, f)
 	if err != nil {
 		return Page[Delivery]{}, err

@@ -16,18 +16,8 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	f := app.DeliveryFilter{Integrador: q.Get("integrador"), Status: q.Get("status"), Tipo: q.Get("tipo"),
 		Agregado: q.Get("agregado"), EventID: q.Get("event_id")}
 	var bad []app.Detail
-	for _, p := range []struct {
-		name string
-		dst  *int
-	}{{"limite", &f.Limite}, {"deslocamento", &f.Deslocamento}} {
-		if v := q.Get(p.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				bad = append(bad, app.Detail{Caminho: "/" + p.name, Mensagem: "deve ser um inteiro não negativo"})
-			}
-			*p.dst = n
-		}
-	}
+	f.Limite = int(nonNegative(q, "limite", &bad))
+	f.Deslocamento = int(nonNegative(q, "deslocamento", &bad))
 	if len(bad) > 0 {
 		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
 		return

@@ -62,15 +62,6 @@ func parseFilter(r *http.Request) (app.EventFilter, error) {
 	f := app.EventFilter{Tipo: q.Get("tipo"), Origem: q.Get("origem"),
 		CorrelacaoID: strings.ToLower(q.Get("correlacao_id")), Agregado: q.Get("agregado")}
 	var bad []app.Detail
-	intParam := func(name string, dst *int64) {
-		if v := q.Get(name); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser um inteiro não negativo"})
-			}
-			*dst = n
-		}
-	}
 	timeParam := func(name string, dst *time.Time) {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
@@ -80,18 +71,31 @@ func parseFilter(r *http.Request) (app.EventFilter, error) {
 			*dst = t
 		}
 	}
-	var limite, deslocamento int64
-	intParam("limite", &limite)
-	intParam("deslocamento", &deslocamento)
-	intParam("sequence_inicio", &f.SequenceInicio)
-	intParam("sequence_fim", &f.SequenceFim)
+	f.Limite = int(nonNegative(q, "limite", &bad))
+	f.Deslocamento = int(nonNegative(q, "deslocamento", &bad))
+	f.SequenceInicio = nonNegative(q, "sequence_inicio", &bad)
+	f.SequenceFim = nonNegative(q, "sequence_fim", &bad)
 	timeParam("timestamp_inicio", &f.TimestampInicio)
 	timeParam("timestamp_fim", &f.TimestampFim)
 	if len(bad) > 0 {
 		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
 	}
-	f.Limite, f.Deslocamento = int(min(limite, app.MaxLimite)), int(min(deslocamento, 1<<31))
 	return f, nil
+}
+
+// nonNegative reads an optional non-negative integer query parameter; a
+// malformed one is added to bad, named by its path.
+func nonNegative(q url.Values, name string, bad *[]app.Detail) int64 {
+	v := q.Get(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		*bad = append(*bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser um inteiro não negativo"})
+		return 0
+	}
+	return n
 }
 
 func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
@@ -120,15 +124,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var after int64
-	if v := q.Get("de_sequence"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "de_sequence inválido",
-				Details: []app.Detail{{Caminho: "/de_sequence", Mensagem: "deve ser um inteiro não negativo"}}})
-			return
-		}
-		after = n
+	var bad []app.Detail
+	after := nonNegative(q, "de_sequence", &bad)
+	if len(bad) > 0 {
+		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "de_sequence inválido", Details: bad})
+		return
 	}
 	var tipos []string
 	for _, t := range strings.Split(q.Get("tipos"), ",") {
