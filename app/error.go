@@ -26,6 +26,34 @@ const (
 	EInternal     Code = "interno"              // 500
 )
 
+// HTTPStatus is the one status each code answers with, over the API and in
+// a command's recorded outcome.
+func (c Code) HTTPStatus() int {
+	switch c {
+	case EInvalid:
+		return 422
+	case EMalformed:
+		return 400
+	case ENotFound:
+		return 404
+	case EConflict:
+		return 409
+	case EUnauthorized:
+		return 401
+	case EForbidden:
+		return 403
+	case EMethod:
+		return 405
+	case ETooLarge:
+		return 413
+	case ERateLimited:
+		return 429
+	case EUnavailable:
+		return 503
+	}
+	return 500
+}
+
 // Detail is one precise finding, located by a JSON pointer into the input.
 type Detail struct {
 	Caminho  string `json:"caminho"`

@@ -74,14 +74,28 @@ type Page[T any] struct {
 	Deslocamento int `json:"deslocamento"`
 }
 
+// Pending is one validated event on its way into the log.
+type Pending struct {
+	Event  Event           // its Payload already redacted
+	Full   json.RawMessage // the payload as published, for live consumers
+	Outbox *Outbox         // its deliveries; nil routes it nowhere
+}
+
+// Stored is what the log answers for one Pending: the stored record and
+// whether it was new.
+type Stored struct {
+	Event   Event
+	Created bool
+}
+
 // EventLog is the part of the store that keeps events.
 type EventLog interface {
-	// Append inserts ev (its Payload already redacted) and, when out is not
-	// nil, its outbox rows, unless its event_id exists. It returns the stored
-	// record and whether it was new. The store commits it in a group
-	// transaction and calls the commit hook before answering, so live
-	// consumers see events in sequence order.
-	Append(ctx context.Context, ev Event, full json.RawMessage, out *Outbox) (Event, bool, error)
+	// Append inserts the batch, each event with its outbox rows, all or none:
+	// a command's events and its outcome commit together. An event whose
+	// event_id exists is not inserted again; its stored record is returned.
+	// The store commits in a group transaction and calls the commit hook
+	// before answering, so live consumers see events in sequence order.
+	Append(ctx context.Context, batch []Pending) ([]Stored, error)
 	Event(ctx context.Context, eventID string) (Event, error)
 	Events(ctx context.Context, f EventFilter) ([]Event, int, error)
 	// EventsAfter returns up to limit records with sequence > after, in

@@ -11,6 +11,10 @@ import (
 	"github.com/google/uuid"
 )
 
+// APIKeyPrefix starts every integrator API key, which tells it from an
+// operator token (gh_) at a glance.
+const APIKeyPrefix = "gk_"
+
 // Integrator is a CAD system's record (the cadastro, SPEC 6.1). Its signing
 // secret and API key never appear here: they are shown once, at creation
 // and rotation.
@@ -180,7 +184,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 		return CreatedIntegrator{}, err
 	}
 	secret := "whsec_" + randomString(32)
-	apiKey := "gk_" + randomString(32)
+	apiKey := APIKeyPrefix + randomString(32)
 	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey)); err != nil {
 		return CreatedIntegrator{}, err
 	}
@@ -323,7 +327,7 @@ func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
 
 // Authenticate resolves an integrator's API key (its Bearer for commands).
 func (s *Integrators) Authenticate(ctx context.Context, apiKey string) (Integrator, error) {
-	if !strings.HasPrefix(apiKey, "gk_") {
+	if !strings.HasPrefix(apiKey, APIKeyPrefix) {
 		return Integrator{}, Errorf(EUnauthorized, "chave de API inválida")
 	}
 	in, err := s.Store.IntegratorByAPIKey(ctx, hashToken(apiKey))

@@ -35,13 +35,61 @@ type Publisher struct {
 // is false when the event_id already existed; nothing is emitted again then.
 // Live consumers get the full payload through the store's commit hook.
 func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, created bool, err error) {
+	pending, err := p.prepare(req)
+	if err != nil {
+		return p.existingOr(ctx, req.EventID, err)
+	}
+	stored, err := p.appendAll(ctx, []Pending{pending})
+	if err != nil {
+		return Event{}, false, err
+	}
+	return stored[0].Event, stored[0].Created, nil
+}
+
+// PublishAll validates every request, then appends them all in one durable
+// transaction, or none: a command's domain events and its outcome are one
+// fact. Any invalid request fails the whole batch before anything is written.
+func (p *Publisher) PublishAll(ctx context.Context, reqs []PublishRequest) ([]Stored, error) {
+	batch := make([]Pending, len(reqs))
+	for i, req := range reqs {
+		var err error
+		if batch[i], err = p.prepare(req); err != nil {
+			return nil, fmt.Errorf("publish %s: %w", req.Tipo, err)
+		}
+	}
+	return p.appendAll(ctx, batch)
+}
+
+// Validate runs every publish step but the append: a command handler checks
+// its event before it decides on it.
+func (p *Publisher) Validate(req PublishRequest) error {
+	_, err := p.prepare(req)
+	return err
+}
+
+func (p *Publisher) appendAll(ctx context.Context, batch []Pending) ([]Stored, error) {
+	stored, err := p.Log.Append(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stored {
+		if s.Created {
+			p.Metrics.published(s.Event.Tipo)
+		}
+	}
+	return stored, nil
+}
+
+// prepare runs the publish steps up to the append: payload shape, defaults,
+// formats, registry, schema, redaction and routing.
+func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	// 1. The payload is a non-null JSON object.
 	raw := bytes.TrimSpace(req.Payload)
 	if len(raw) > MaxPayloadBytes {
-		return Event{}, false, Errorf(ETooLarge, "payload maior que %d bytes", MaxPayloadBytes)
+		return Pending{}, Errorf(ETooLarge, "payload maior que %d bytes", MaxPayloadBytes)
 	}
 	if len(raw) == 0 || raw[0] != '{' {
-		return Event{}, false, &Error{Code: EInvalid, Message: "payload deve ser um objeto não nulo",
+		return Pending{}, &Error{Code: EInvalid, Message: "payload deve ser um objeto não nulo",
 			Details: []Detail{{"/payload", "deve ser um objeto JSON"}}}
 	}
 	var missing []Detail
@@ -54,12 +102,12 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 		missing = append(missing, Detail{"/origem", "no máximo 100 caracteres"})
 	}
 	if len(missing) > 0 {
-		return Event{}, false, &Error{Code: EInvalid, Message: "campos obrigatórios ausentes", Details: missing}
+		return Pending{}, &Error{Code: EInvalid, Message: "campos obrigatórios ausentes", Details: missing}
 	}
 
 	// 2. Defaults. 3. Formats.
 	now := p.Now().UTC()
-	ev = Event{
+	ev := Event{
 		Tipo:         req.Tipo,
 		VersaoSchema: req.VersaoSchema,
 		Origem:       req.Origem,
@@ -113,67 +161,59 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 		}
 	}
 	if len(bad) > 0 {
-		return Event{}, false, &Error{Code: EInvalid, Message: "formato inválido", Details: bad}
+		return Pending{}, &Error{Code: EInvalid, Message: "formato inválido", Details: bad}
 	}
 
 	// 4. Type and version against the registry.
 	tv, err := p.Registry.lookup(ev.Tipo, ev.VersaoSchema)
 	if err != nil {
-		return p.existingOr(ctx, req.EventID != "", ev.EventID, err)
+		return Pending{}, err
 	}
 
 	// 5. Payload against the version's schema.
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return Event{}, false, &Error{Code: EMalformed, Message: "payload não é JSON válido", Err: err}
+		return Pending{}, &Error{Code: EMalformed, Message: "payload não é JSON válido", Err: err}
 	}
 	obj := doc.(map[string]any) // raw starts with '{' and parsed
 	if details := tv.validatePayload(doc); len(details) > 0 {
-		return p.existingOr(ctx, req.EventID != "", ev.EventID, &Error{Code: EInvalid,
-			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details})
+		return Pending{}, &Error{Code: EInvalid,
+			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details}
 	}
 
 	// 6. A redacted copy is what the log keeps.
 	redacted, err := json.Marshal(tv.rules.Apply(p.RedactionKey, obj))
 	if err != nil {
-		return Event{}, false, fmt.Errorf("encode redacted payload: %w", err)
+		return Pending{}, fmt.Errorf("encode redacted payload: %w", err)
 	}
 	ev.Payload = redacted
-	// Live consumers get the payload as sent: valid JSON (it was parsed
-	// above), so it needs no re-encoding.
-	full := raw
-	// 7. Route, then append the event and its outbox rows in one durable
-	// transaction; the store's commit hook delivers to live consumers and
-	// wakes the dispatcher.
+	// 7. Route: the event and its outbox rows are appended in one durable
+	// transaction; the store's commit hook delivers to live consumers (the
+	// payload as sent: valid JSON, parsed above, so it needs no re-encoding)
+	// and wakes the dispatcher.
 	out := p.Integrators.outboxFor(ev, tv.Audiencia)
 	if out != nil {
 		sorted, err := sortedPayload(obj)
 		if err != nil {
-			return Event{}, false, fmt.Errorf("encode envelope payload: %w", err)
+			return Pending{}, fmt.Errorf("encode envelope payload: %w", err)
 		}
 		if out.Body, err = buildEnvelope(ev, sorted); err != nil {
-			return Event{}, false, fmt.Errorf("encode envelope: %w", err)
+			return Pending{}, fmt.Errorf("encode envelope: %w", err)
 		}
 	}
-	stored, created, err := p.Log.Append(ctx, ev, full, out)
-	if err != nil {
-		return Event{}, false, err
-	}
-	if created {
-		p.Metrics.published(stored.Tipo)
-	}
-	return stored, created, nil
+	return Pending{Event: ev, Full: raw, Outbox: out}, nil
 }
 
 // existingOr answers a publisher's retry with the stored record even when
 // the event would no longer validate (its version was deprecated since, say):
 // idempotency means a repeat gets the first outcome. The lookup runs only on
 // this failure path, so valid publishes pay nothing for it.
-func (p *Publisher) existingOr(ctx context.Context, hasID bool, eventID string, err error) (Event, bool, error) {
-	if !hasID {
+func (p *Publisher) existingOr(ctx context.Context, eventID string, err error) (Event, bool, error) {
+	id, ok := canonicalUUID(eventID)
+	if !ok || ErrorCode(err) != EInvalid {
 		return Event{}, false, err
 	}
-	if ev, lerr := p.Log.Event(ctx, eventID); lerr == nil {
+	if ev, lerr := p.Log.Event(ctx, id); lerr == nil {
 		return ev, false, nil
 	}
 	return Event{}, false, err

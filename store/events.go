@@ -56,22 +56,33 @@ func (s *writeStmts) close() {
 	}
 }
 
-// Append implements app.EventLog.
-func (db *DB) Append(ctx context.Context, ev app.Event, full json.RawMessage, out *app.Outbox) (app.Event, bool, error) {
-	var created bool
-	var stored app.Event
+// Append implements app.EventLog: the batch is one writer operation, so it
+// commits or fails as a whole.
+func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, error) {
+	out := make([]app.Stored, len(batch))
 	err := db.do(ctx, func(tx *wtx) error {
-		var err error
 		now := db.now()
-		stored, created, err = tx.appendEvent(ev, full, now)
-		if err != nil || !created || out == nil {
-			return err
+		for i, p := range batch {
+			stored, created, err := tx.appendEvent(p.Event, p.Full, now)
+			if err != nil {
+				return err
+			}
+			out[i] = app.Stored{Event: stored, Created: created}
+			if !created || p.Outbox == nil {
+				continue
+			}
+			n, err := tx.enqueue(stored, p.Outbox, now)
+			if err != nil {
+				return err
+			}
+			tx.appended[len(tx.appended)-1].Deliveries = n
 		}
-		n, err := tx.enqueue(stored, out, now)
-		tx.appended[len(tx.appended)-1].Deliveries = n
-		return err
+		return nil
 	})
-	return stored, created, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // appendEvent inserts ev or, when its event_id exists (also earlier in the

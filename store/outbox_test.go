@@ -20,7 +20,7 @@ func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
 	for range n {
 		ev := newEvent("a:b")
 		out := &app.Outbox{Body: []byte(`{}`), Agregado: "x:1", Recipients: func(string) []string { return []string{in.ID} }}
-		if _, _, err := k.db.Append(t.Context(), ev, nil, out); err != nil {
+		if _, _, err := appendOne(k.db, t.Context(), ev, nil, out); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestClaimsHonourQuotas(t *testing.T) {
 	}
 	ev := newEvent("a:b")
 	out := &app.Outbox{Body: []byte(`{}`), Agregado: "y:1", Recipients: func(string) []string { return []string{in.ID} }}
-	if _, _, err := k.db.Append(ctx, ev, nil, out); err != nil {
+	if _, _, err := appendOne(k.db, ctx, ev, nil, out); err != nil {
 		t.Fatal(err)
 	}
 	claimed, _ := k.db.ClaimDeliveries(ctx, "w", k.now.Add(time.Second), time.Minute,

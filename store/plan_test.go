@@ -283,7 +283,7 @@ func planSeed(t *testing.T, db *DB) planIDs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, err := db.Append(ctx, ev, ev.Payload, nil); err != nil {
+			if _, err := db.Append(ctx, []app.Pending{{Event: ev, Full: ev.Payload}}); err != nil {
 				errs <- err
 			}
 		}()

@@ -67,7 +67,7 @@ func TestReopenAppliesNoMigrationTwice(t *testing.T) {
 		if v, _ := db.Pragma(t.Context(), "user_version", true); v != want {
 			t.Fatalf("user_version = %s, want %s", v, want)
 		}
-		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil); err != nil {
+		if _, _, err := appendOne(db, t.Context(), newEvent("a:b"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		db.Close()
@@ -88,7 +88,7 @@ func TestConcurrentAppendsGetDistinctOrderedSequences(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			ev, created, err := db.Append(t.Context(), newEvent("a:b"), json.RawMessage(`{"full":true}`), nil)
+			ev, created, err := appendOne(db, t.Context(), newEvent("a:b"), json.RawMessage(`{"full":true}`), nil)
 			if err != nil || !created {
 				t.Errorf("append: created=%v err=%v", created, err)
 			}
@@ -135,7 +135,7 @@ func TestConcurrentDuplicatesInsertOneRow(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			got, c, err := db.Append(t.Context(), ev, nil, nil)
+			got, c, err := appendOne(db, t.Context(), ev, nil, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -175,7 +175,7 @@ func TestOneFailingOperationDoesNotUndoItsBatch(t *testing.T) {
 					HandlerNome: "h", MensagemErro: "x", UltimaTentativa: time.Now(), CriadoEm: time.Now()})
 				return
 			}
-			_, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil)
+			_, _, err := appendOne(db, t.Context(), newEvent("a:b"), nil, nil)
 			errs <- err
 		})
 	}
@@ -203,7 +203,7 @@ func TestCursorNeverPassesAnOpenFailure(t *testing.T) {
 	ctx := t.Context()
 	var evs []app.Event
 	for range 5 {
-		ev, _, err := db.Append(ctx, newEvent("a:b"), nil, nil)
+		ev, _, err := appendOne(db, ctx, newEvent("a:b"), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestCursorNeverPassesAnOpenFailure(t *testing.T) {
 func TestBackupIsAConsistentCopy(t *testing.T) {
 	db := mustOpen(t)
 	for range 20 {
-		if _, _, err := db.Append(t.Context(), newEvent("a:b"), nil, nil); err != nil {
+		if _, _, err := appendOne(db, t.Context(), newEvent("a:b"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -275,7 +275,7 @@ func TestEventsFilterAndPage(t *testing.T) {
 	for i := range 30 {
 		ev := newEvent(fmt.Sprintf("a:t%d", i%3))
 		ev.Agregado = fmt.Sprintf("x:%d", i%2)
-		if _, _, err := db.Append(ctx, ev, nil, nil); err != nil {
+		if _, _, err := appendOne(db, ctx, ev, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -310,4 +310,13 @@ func TestARevokedTokenIsNotFound(t *testing.T) {
 	if err := db.RevokeToken(t.Context(), "t1", now); err != app.ErrNotFound {
 		t.Fatalf("revoking twice: %v", err)
 	}
+}
+
+// appendOne appends a batch of one event, as a single publish does.
+func appendOne(db app.EventLog, ctx context.Context, ev app.Event, full json.RawMessage, out *app.Outbox) (app.Event, bool, error) {
+	stored, err := db.Append(ctx, []app.Pending{{Event: ev, Full: full, Outbox: out}})
+	if err != nil {
+		return app.Event{}, false, err
+	}
+	return stored[0].Event, stored[0].Created, nil
 }

@@ -28,8 +28,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 	"geohub/app/redact"
-	"geohub/fixtures"
 	"geohub/store"
 	"geohub/web"
 )
@@ -70,6 +70,7 @@ type apiEnv struct {
 	client *http.Client
 
 	Integrators *app.Integrators
+	Registry    *app.Registry
 }
 
 // apiSetup starts a fresh Geohub for one test. subscribe, when given,
@@ -119,10 +120,13 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		t.Fatal(err)
 	}
 
+	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
+		RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics}
 	srv := &web.Server{
 		Integrators: integrators,
-		Publisher: &app.Publisher{Log: db, Registry: registry, RedactionKey: redact.DeriveKey(apiMasterKey),
-			Now: clock.Now, Metrics: metrics},
+		Publisher:   publisher,
+		Ocorrencias: &ocorrencia.Service{Publisher: publisher, Log: db,
+			Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(apiMasterKey), Now: clock.Now}},
 		Registry:  registry,
 		Audit:     &app.Audit{Log: db, Store: db},
 		Consumers: consumers,
@@ -135,7 +139,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	t.Cleanup(hs.Close)
 
 	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
-		Integrators: integrators}
+		Integrators: integrators, Registry: registry}
 	for _, p := range []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor} {
 		secret, _, err := auth.CreateToken(t.Context(), p, "teste-"+string(p))
 		if err != nil {
@@ -347,11 +351,11 @@ func (e *apiEnv) count(t *testing.T) int {
 	return page.Total
 }
 
-// apiFixture returns a committed registry fixture, in the body shape of
+// apiFixture returns a built-in type definition, in the body shape of
 // POST /api/registro.
 func apiFixture(t *testing.T, name string) map[string]any {
 	t.Helper()
-	raw, err := fs.ReadFile(fixtures.Registry, "registry/"+name+".json")
+	raw, err := fs.ReadFile(app.BuiltinTypeFiles, "tipos/"+name+".json")
 	if err != nil {
 		t.Fatal(err)
 	}

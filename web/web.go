@@ -7,8 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -19,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 )
 
 // MaxBodyBytes caps every request body.
@@ -34,16 +33,21 @@ type Server struct {
 	// Integrators is the cadastro of CAD systems.
 	Integrators *app.Integrators
 	Deliveries  *app.Deliveries
+	// Ocorrencias is the ocorrência plugin: commands and projection.
+	Ocorrencias *ocorrencia.Service
 	Logger      *slog.Logger
 	Gatherer    prometheus.Gatherer
 	// Ready reports whether the database is writable and workers run.
 	Ready func(ctx context.Context) error
 }
 
+// readRoles may read everything operators see.
+var readRoles = []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
+
 // Handler returns the routes of SPEC sections 4.4, 5 and 10.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	read := []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
+	read := readRoles
 	operate := []app.Papel{app.PapelAdmin, app.PapelOperador}
 	admin := []app.Papel{app.PapelAdmin}
 	produce := []app.Papel{app.PapelAdmin, app.PapelProdutor}
@@ -73,6 +77,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/entregas/{id}", s.authed(read, s.getDelivery))
 	mux.Handle("POST /api/entregas/{id}/reenviar", s.authed(operate, s.resendDelivery))
 	mux.Handle("POST /api/entregas/reenviar", s.authed(operate, s.resendDeliveries))
+
+	mux.Handle("POST /api/ocorrencias", s.command(s.registerOcorrencia))
+	mux.Handle("POST /api/ocorrencias/{id}/despachos", s.command(s.dispatch))
+	mux.Handle("POST /api/ocorrencias/{id}/despachos/{despachoId}/status", s.command(s.setDispatchStatus))
+	mux.Handle("POST /api/ocorrencias/{id}/status", s.command(s.setOcorrenciaStatus))
+	mux.HandleFunc("GET /api/ocorrencias/{id}", s.getOcorrencia)
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -146,20 +156,6 @@ type errorBody struct {
 	Detalhes []app.Detail `json:"detalhes,omitempty"`
 }
 
-var statusOf = map[app.Code]int{
-	app.EInvalid:      http.StatusUnprocessableEntity,
-	app.EMalformed:    http.StatusBadRequest,
-	app.ENotFound:     http.StatusNotFound,
-	app.EConflict:     http.StatusConflict,
-	app.EUnauthorized: http.StatusUnauthorized,
-	app.EForbidden:    http.StatusForbidden,
-	app.EMethod:       http.StatusMethodNotAllowed,
-	app.ETooLarge:     http.StatusRequestEntityTooLarge,
-	app.ERateLimited:  http.StatusTooManyRequests,
-	app.EUnavailable:  http.StatusServiceUnavailable,
-	app.EInternal:     http.StatusInternalServerError,
-}
-
 // fail writes err as the API's error shape. Internal errors are logged and
 // answered with a generic message: their text is not for clients.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -171,10 +167,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			e = &app.Error{Code: app.EInternal, Message: "erro interno"}
 		}
 	}
-	status := statusOf[e.Code]
-	if status == 0 {
-		status = http.StatusInternalServerError
-	}
+	status := e.Code.HTTPStatus()
 	if status >= 500 {
 		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
@@ -200,57 +193,8 @@ func writeEvent(w http.ResponseWriter, status int, ev app.Event) {
 	w.Write(append(ev.AppendJSON(make([]byte, 0, 512+len(ev.Payload))), '\n'))
 }
 
-// decodeJSON reads one JSON value into v, refusing unknown fields, trailing
-// data and bodies over the limit, each with its own precise error.
-func decodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		_, err = dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if maxErr := (*http.MaxBytesError)(nil); errors.As(err, &maxErr) {
-			return app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
-		}
-		return app.Errorf(app.EMalformed, "JSON malformado: há dados após o objeto")
-	}
-	var maxErr *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &maxErr):
-		return app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
-	case errors.As(err, &syntaxErr):
-		return &app.Error{Code: app.EMalformed, Message: fmt.Sprintf("JSON malformado na posição %d", syntaxErr.Offset), Err: err}
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return app.Errorf(app.EMalformed, "JSON malformado: corpo vazio ou incompleto")
-	case errors.As(err, &typeErr):
-		path := "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
-		return &app.Error{Code: app.EInvalid, Message: "tipo de campo inválido",
-			Details: []app.Detail{{Caminho: path, Mensagem: fmt.Sprintf("deve ser %s", jsonKind(typeErr.Type.Kind().String()))}}}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &app.Error{Code: app.EInvalid, Message: "campo desconhecido",
-			Details: []app.Detail{{Caminho: "/" + field, Mensagem: "campo desconhecido"}}}
-	}
-	return &app.Error{Code: app.EMalformed, Message: "JSON malformado", Err: err}
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
-		return "string"
-	case "struct", "map":
-		return "objeto"
-	case "slice", "array":
-		return "lista"
-	case "bool":
-		return "booleano"
-	}
-	return "número"
-}
+// decodeJSON reads the request body strictly into v (see app.DecodeJSON).
+func decodeJSON(r *http.Request, v any) error { return app.DecodeJSON(r.Body, v) }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

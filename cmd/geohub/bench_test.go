@@ -41,7 +41,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/redact"
-	"geohub/fixtures"
 	"geohub/store"
 )
 
@@ -153,9 +152,9 @@ func benchBody(i int) []byte {
 	return body
 }
 
-// benchRegister registers the jornada:iniciada fixture.
+// benchRegister registers the built-in jornada:iniciada type.
 func benchRegister(b *testing.B, ctx context.Context, reg *app.Registry) {
-	raw, err := fs.ReadFile(fixtures.Registry, "registry/jornada-iniciada.json")
+	raw, err := fs.ReadFile(app.BuiltinTypeFiles, "tipos/jornada-iniciada.json")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,9 +174,9 @@ type benchCaptureLog struct {
 	last app.Event
 }
 
-func (l *benchCaptureLog) Append(_ context.Context, ev app.Event, _ json.RawMessage, _ *app.Outbox) (app.Event, bool, error) {
-	l.last = ev
-	return ev, true, nil
+func (l *benchCaptureLog) Append(_ context.Context, batch []app.Pending) ([]app.Stored, error) {
+	l.last = batch[0].Event
+	return []app.Stored{{Event: l.last, Created: true}}, nil
 }
 
 // benchStoredPayload returns the redacted payload a real publish of

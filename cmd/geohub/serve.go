@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 	"geohub/app/redact"
-	"geohub/fixtures"
 	"geohub/store"
 	"geohub/web"
 )
@@ -173,10 +172,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Demo {
-		if err := loadRegistryFixtures(ctx, registry); err != nil {
-			return err
-		}
+	if err := app.RegisterBuiltinTypes(ctx, registry); err != nil {
+		return err
 	}
 	auth := &app.Auth{Store: db, Now: time.Now}
 	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
@@ -263,9 +260,13 @@ func (m *Main) Run(ctx context.Context) error {
 		return float64(n)
 	}))
 
+	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
+		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
+	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db,
+		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
 	srv := &web.Server{
-		Publisher: &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-			RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics},
+		Publisher:   publisher,
+		Ocorrencias: ocorrencias,
 		Deliveries:  &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now},
 		Registry:    registry,
 		Audit:       &app.Audit{Log: db, Store: db},
@@ -311,29 +312,6 @@ func (m *Main) Run(ctx context.Context) error {
 	defer cancel()
 	if err := httpSrv.Shutdown(shutCtx); err != nil {
 		logger.Warn("http shutdown", "err", err)
-	}
-	return nil
-}
-
-// loadRegistryFixtures registers every committed fixture type; registering
-// identical content again is a no-op, so restarts with --demo are safe.
-func loadRegistryFixtures(ctx context.Context, r *app.Registry) error {
-	entries, err := fs.ReadDir(fixtures.Registry, "registry")
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		raw, err := fs.ReadFile(fixtures.Registry, "registry/"+e.Name())
-		if err != nil {
-			return err
-		}
-		var tv app.TypeVersion
-		if err := json.Unmarshal(raw, &tv); err != nil {
-			return fmt.Errorf("fixture %s: %w", e.Name(), err)
-		}
-		if _, _, err := r.Register(ctx, tv); err != nil {
-			return fmt.Errorf("fixture %s: %w", e.Name(), err)
-		}
 	}
 	return nil
 }

@@ -1,0 +1,211 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The outcome event types of a command (SPEC 7), routed to the requester.
+const (
+	TipoComandoConcluido = "integracao:comando-concluido"
+	TipoComandoRecusado  = "integracao:comando-recusado"
+	// PluginIntegracao is the origem of outcome events: receivers never
+	// discard it as an echo.
+	PluginIntegracao = "integracao"
+)
+
+// outcomeNamespace makes an outcome's event_id a function of (integrator,
+// x-solicitacao-id): looking a command up is one primary-key read, and a
+// second outcome for the same command cannot be inserted.
+var outcomeNamespace = uuid.MustParse("5f0c1c1e-8f1a-4d8e-9a57-6c1b3f0e2a41")
+
+// DeriveCommandKey derives the key of command body digests from the master
+// key, apart from every other key derived from it.
+func DeriveCommandKey(master []byte) []byte {
+	k, err := hkdf.Key(sha256.New, master, nil, "geohub command digest v1", 32)
+	if err != nil {
+		panic("derive command key: " + err.Error())
+	}
+	return k
+}
+
+// Command is one integrator request to act on the domain.
+type Command struct {
+	Integrador  string // the authenticated integrator's id
+	Solicitacao string // x-solicitacao-id: the idempotency key
+	Metodo      string
+	Rota        string // the request path, ids included
+	Body        []byte // the raw request body
+}
+
+// Result is what a command handler decided: the HTTP status and body of
+// success and the domain events to publish with it. The Commands service
+// stamps autoria, solicitacao and correlacao_id on every event.
+type Result struct {
+	Status int
+	Body   any
+	Events []PublishRequest
+}
+
+// Outcome is a command's answer: the first one, also for every repeat.
+type Outcome struct {
+	Status int
+	Body   json.RawMessage
+	// Repeat says the answer was recorded by an earlier request.
+	Repeat bool
+}
+
+// Commands runs integrator commands: idempotent by x-solicitacao-id, each
+// outcome published as integracao:comando-concluido or -recusado in the
+// same transaction as the command's domain events.
+//
+// Commands run one at a time: a handler reads the state it checks and
+// publishes what follows from it without another command in between. The
+// lock is in-process, which holds for the one-node deployment; a
+// multi-replica backend will need the same under a database lock.
+type Commands struct {
+	Publisher *Publisher
+	Log       EventLog
+	// Key is the HMAC key of the body digest that tells a retry from a
+	// different command under the same id.
+	Key []byte
+	Now func() time.Time
+
+	mu sync.Mutex
+}
+
+// outcomePayload is the payload of both outcome types.
+type outcomePayload struct {
+	Comando   commandRecord   `json:"comando"`
+	Status    int             `json:"status"`
+	Resultado json.RawMessage `json:"resultado,omitempty"`
+	Motivo    *motivo         `json:"motivo,omitempty"`
+}
+
+type commandRecord struct {
+	Metodo    string          `json:"metodo"`
+	Rota      string          `json:"rota"`
+	Corpo     json.RawMessage `json:"corpo,omitempty"` // dropped from the log by redaction
+	CorpoHMAC string          `json:"corpo_hmac"`
+}
+
+type motivo struct {
+	Erro     string   `json:"erro"`
+	Codigo   Code     `json:"codigo"`
+	Detalhes []Detail `json:"detalhes,omitempty"`
+}
+
+// Run executes cmd once: a repeat of a recorded command returns its first
+// outcome and publishes nothing; the same id with a different method, route
+// or body is a conflict. exec decides the outcome: a Result, or an *Error
+// whose code is a refusal (4xx), which is recorded and published as
+// integracao:comando-recusado. Any other error (the database, a bug) is
+// returned without recording anything, so a retry runs the command again.
+func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (Outcome, error) {
+	sol, ok := canonicalUUID(cmd.Solicitacao)
+	if !ok {
+		return Outcome{}, Errorf(EMalformed, "cabeçalho x-solicitacao-id ausente ou inválido: use um UUID novo por comando")
+	}
+	cmd.Solicitacao = sol
+	digest := c.digest(cmd)
+	outcomeID := uuid.NewSHA1(outcomeNamespace, []byte(cmd.Integrador+"\n"+sol)).String()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, err := c.Log.Event(ctx, outcomeID); err == nil {
+		return recorded(prev, digest)
+	} else if !errors.Is(err, ErrNotFound) {
+		return Outcome{}, err
+	}
+
+	res, err := exec(ctx)
+	record := commandRecord{Metodo: cmd.Metodo, Rota: cmd.Rota, CorpoHMAC: digest}
+	if json.Valid(cmd.Body) && bytes.HasPrefix(bytes.TrimSpace(cmd.Body), []byte("{")) {
+		record.Corpo = cmd.Body
+	}
+	out := outcomePayload{Comando: record}
+	tipo := TipoComandoConcluido
+	var events []PublishRequest
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Code.HTTPStatus() >= 500 {
+			return Outcome{}, err
+		}
+		tipo = TipoComandoRecusado
+		out.Status = e.Code.HTTPStatus()
+		out.Motivo = &motivo{Erro: e.Message, Codigo: e.Code, Detalhes: e.Details}
+	} else {
+		out.Status = res.Status
+		if out.Resultado, err = json.Marshal(res.Body); err != nil {
+			return Outcome{}, fmt.Errorf("encode command result: %w", err)
+		}
+		events = res.Events
+	}
+	payload, err := json.Marshal(out)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("encode command outcome: %w", err)
+	}
+	events = append(events, PublishRequest{EventID: outcomeID, Tipo: tipo, Origem: PluginIntegracao,
+		Agregado: "solicitacao:" + sol, Payload: payload})
+	autoria := &Autoria{ID: cmd.Integrador, Tipo: "integrador"}
+	ts := c.Now().UTC().Format(time.RFC3339Nano)
+	for i := range events {
+		events[i].Autoria = autoria
+		events[i].Solicitacao = sol
+		events[i].CorrelacaoID = sol
+		events[i].Timestamp = ts
+	}
+	stored, err := c.Publisher.PublishAll(ctx, events)
+	if err != nil {
+		if ErrorCode(err) == EInvalid {
+			// The handler built an event the registry refuses (a built-in
+			// type deprecated by an admin, say): the server's fault, not
+			// the caller's, and nothing was written.
+			return Outcome{}, &Error{Code: EInternal, Message: "erro interno", Err: err}
+		}
+		return Outcome{}, err
+	}
+	// The answer is read back from the stored outcome, so the first answer
+	// and every repeat are the same bytes.
+	o, err := recorded(stored[len(stored)-1].Event, digest)
+	o.Repeat = false
+	return o, err
+}
+
+// recorded turns a stored outcome event into the command's answer.
+func recorded(ev Event, digest string) (Outcome, error) {
+	var p outcomePayload
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		return Outcome{}, fmt.Errorf("decode recorded outcome %s: %w", ev.EventID, err)
+	}
+	if !hmac.Equal([]byte(p.Comando.CorpoHMAC), []byte(digest)) {
+		return Outcome{}, Errorf(EConflict, "x-solicitacao-id já usado por outro comando (outro método, rota ou corpo): um novo comando precisa de um novo x-solicitacao-id")
+	}
+	body := p.Resultado
+	if p.Motivo != nil {
+		var err error
+		if body, err = json.Marshal(p.Motivo); err != nil {
+			return Outcome{}, err
+		}
+	}
+	return Outcome{Status: p.Status, Body: body, Repeat: true}, nil
+}
+
+// digest identifies a command's content: method, route and exact body.
+func (c *Commands) digest(cmd Command) string {
+	m := hmac.New(sha256.New, c.Key)
+	fmt.Fprintf(m, "%s %s\n", cmd.Metodo, cmd.Rota)
+	m.Write(cmd.Body)
+	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
+}

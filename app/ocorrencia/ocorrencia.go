@@ -1,0 +1,211 @@
+// Package ocorrencia is the built-in ocorrência plugin (SPEC 7): the command
+// handlers that register ocorrências, dispatch resources and move their
+// statuses, and the read projection of GET /api/ocorrencias/{id}.
+//
+// The log is the plugin's only state. The projection of an ocorrência is the
+// fold of the events of its aggregate (ocorrencia:<id>), read on demand
+// through the read pool: commands run one at a time (app.Commands), so the
+// state a command checks is exactly the state its events follow from, and
+// there is no second copy that could disagree with the log. The log keeps
+// the redacted payloads, so the projection holds only what redaction keeps:
+// ids, natureza, statuses and resources, never descricao or endereco.
+package ocorrencia
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+)
+
+// Plugin is the origem of the plugin's events.
+const Plugin = "ocorrencia"
+
+// The event types the plugin publishes (registered by app.RegisterBuiltinTypes).
+const (
+	TipoRegistrada          = "ocorrencia:registrada"
+	TipoDespachada          = "ocorrencia:despachada"
+	TipoDespachoMudouStatus = "ocorrencia:despacho-mudou-status"
+	TipoMudouStatus         = "ocorrencia:mudou-status"
+)
+
+// Ocorrência statuses.
+const (
+	Aberta        = "aberta"
+	EmAtendimento = "em_atendimento"
+	Encerrada     = "encerrada"
+)
+
+// Despacho statuses.
+const (
+	EmDeslocamento = "em_deslocamento"
+	NoLocal        = "no_local"
+	Liberado       = "liberado"
+	Cancelado      = "cancelado"
+)
+
+// Recurso is the dispatched resource (a vehicle, a team).
+type Recurso struct {
+	Identificador string `json:"identificador"`
+}
+
+// Despacho is one resource sent to an ocorrência, with its own status.
+type Despacho struct {
+	ID           string  `json:"id"`
+	OcorrenciaID string  `json:"ocorrenciaId"`
+	Recurso      Recurso `json:"recurso"`
+	Status       string  `json:"status"`
+}
+
+func (d Despacho) active() bool { return d.Status == EmDeslocamento || d.Status == NoLocal }
+
+// Ocorrencia is the projection: the ocorrência and the state of EACH
+// despacho. Versao counts the events folded into it, so of two copies the
+// higher versao is the newer. Despacho is set only in the answer to a
+// despacho command: the one it created or changed.
+type Ocorrencia struct {
+	ID        string     `json:"id"`
+	Natureza  string     `json:"natureza"`
+	Status    string     `json:"status"`
+	Versao    int        `json:"versao"`
+	Despachos []Despacho `json:"despachos"`
+	Despacho  *Despacho  `json:"despacho,omitempty"`
+
+	originador string // the integrator that registered it, "" when none did
+}
+
+// Originador is the integrator that registered the ocorrência.
+func (o Ocorrencia) Originador() string { return o.originador }
+
+func (o *Ocorrencia) despacho(id string) (int, bool) {
+	for i, d := range o.Despachos {
+		if d.ID == id {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// apply folds one event of the aggregate into the projection and reports
+// whether it was one of the plugin's types.
+func (o *Ocorrencia) apply(ev app.Event) bool {
+	switch ev.Tipo {
+	case TipoRegistrada:
+		var p struct{ ID, Natureza, Status string }
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return false
+		}
+		o.ID, o.Natureza, o.Status = p.ID, p.Natureza, p.Status
+		if ev.Autoria != nil && ev.Autoria.Tipo == "integrador" {
+			o.originador = ev.Autoria.ID
+		}
+	case TipoDespachada:
+		var p struct{ Despacho Despacho }
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return false
+		}
+		o.Despachos = append(o.Despachos, p.Despacho)
+	case TipoDespachoMudouStatus:
+		var p struct{ ID, Para string }
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return false
+		}
+		if i, ok := o.despacho(p.ID); ok {
+			o.Despachos[i].Status = p.Para
+		}
+	case TipoMudouStatus:
+		var p struct{ Para string }
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return false
+		}
+		o.Status = p.Para
+	default:
+		return false
+	}
+	o.Versao++
+	return true
+}
+
+// Service is the plugin: command handlers and the projection.
+type Service struct {
+	Commands  *app.Commands
+	Publisher *app.Publisher // validates payloads before a command commits to them
+	Log       app.EventLog
+}
+
+// pageSize is how many events of one aggregate a fold reads per query.
+const pageSize = 500
+
+// load folds the ocorrência's events. It answers app.ErrNotFound when the
+// id is not an ocorrência.
+func (s *Service) load(ctx context.Context, id string) (Ocorrencia, error) {
+	parsed, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 {
+		return Ocorrencia{}, app.ErrNotFound
+	}
+	f := app.EventFilter{Agregado: "ocorrencia:" + parsed.String(), Limite: pageSize}
+	o := Ocorrencia{Despachos: []Despacho{}}
+	for {
+		evs, _, err := s.Log.Events(ctx, f)
+		if err != nil {
+			return Ocorrencia{}, err
+		}
+		for _, ev := range evs {
+			o.apply(ev)
+			f.SequenceInicio = ev.Sequence + 1
+		}
+		if len(evs) < pageSize {
+			break
+		}
+	}
+	if o.ID == "" {
+		return Ocorrencia{}, app.ErrNotFound
+	}
+	return o, nil
+}
+
+// Get returns the projection. An integrator (integrador != "") sees only
+// the ocorrências it registered; another's answers 404, as one that does
+// not exist, so ids do not leak. Operators pass "" and see every one.
+func (s *Service) Get(ctx context.Context, id, integrador string) (Ocorrencia, error) {
+	o, err := s.load(ctx, id)
+	if err == nil && integrador != "" && o.originador != integrador {
+		err = app.ErrNotFound
+	}
+	if err == app.ErrNotFound {
+		return Ocorrencia{}, app.Errorf(app.ENotFound, "ocorrência %s não encontrada", id)
+	}
+	return o, err
+}
+
+// owned loads the ocorrência a command acts on: only its originator may.
+func (s *Service) owned(ctx context.Context, cmd app.Command, id string) (Ocorrencia, error) {
+	return s.Get(ctx, id, cmd.Integrador)
+}
+
+// invalid builds a 422 with one finding.
+func invalid(path, msg string) error {
+	return &app.Error{Code: app.EInvalid, Message: "comando inválido", Details: []app.Detail{{Caminho: path, Mensagem: msg}}}
+}
+
+// conflict builds the 409 of an invalid transition, with its reason.
+func conflict(format string, args ...any) error {
+	return app.Errorf(app.EConflict, format, args...)
+}
+
+// underPayload rewrites schema findings located under /payload to the
+// command body's own paths.
+func underPayload(err error) error {
+	e, ok := err.(*app.Error)
+	if !ok {
+		return err
+	}
+	for i, d := range e.Details {
+		e.Details[i].Caminho = strings.TrimPrefix(d.Caminho, "/payload")
+	}
+	e.Message = "comando inválido"
+	return e
+}

@@ -1,0 +1,109 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"geohub/app"
+)
+
+// integratorAuthed admits a request carrying an active integrator's API key:
+// 401 without a valid key, 403 when the integrator is inactive.
+func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request, in app.Integrator)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in, err := s.integrator(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		h(w, r, in)
+	})
+}
+
+func (s *Server) integrator(r *http.Request) (app.Integrator, error) {
+	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	key = strings.TrimSpace(key)
+	if !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return app.Integrator{}, app.Errorf(app.EUnauthorized, "chave de API ausente: use Authorization: Bearer <api_key>")
+	}
+	in, err := s.Integrators.Authenticate(r.Context(), key)
+	if err != nil {
+		return app.Integrator{}, err
+	}
+	if !in.Ativo {
+		return app.Integrator{}, app.Errorf(app.EForbidden, "integrador inativo: um administrador precisa reativá-lo para que envie comandos")
+	}
+	return in, nil
+}
+
+// command reads a command request and answers its outcome: the first one,
+// byte for byte, also when the x-solicitacao-id is a repeat.
+func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error)) http.Handler {
+	return s.integratorAuthed(func(w http.ResponseWriter, r *http.Request, in app.Integrator) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			var maxErr *http.MaxBytesError
+			if errors.As(err, &maxErr) {
+				err = app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
+			}
+			s.fail(w, r, err)
+			return
+		}
+		out, err := run(r.Context(), app.Command{Integrador: in.ID, Solicitacao: r.Header.Get("X-Solicitacao-Id"),
+			Metodo: r.Method, Rota: r.URL.Path, Body: body}, r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.WriteHeader(out.Status)
+		w.Write(append(out.Body, '\n'))
+	})
+}
+
+func (s *Server) registerOcorrencia(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
+	return s.Ocorrencias.Register(ctx, cmd)
+}
+
+func (s *Server) dispatch(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
+	return s.Ocorrencias.Dispatch(ctx, cmd, r.PathValue("id"))
+}
+
+func (s *Server) setDispatchStatus(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
+	return s.Ocorrencias.SetDispatchStatus(ctx, cmd, r.PathValue("id"), r.PathValue("despachoId"))
+}
+
+func (s *Server) setOcorrenciaStatus(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
+	return s.Ocorrencias.SetStatus(ctx, cmd, r.PathValue("id"))
+}
+
+// getOcorrencia answers the projection to its originator's API key, or to
+// an operator token of any reading role.
+func (s *Server) getOcorrencia(w http.ResponseWriter, r *http.Request) {
+	_, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.HasPrefix(strings.TrimSpace(key), app.APIKeyPrefix) {
+		s.authed(readRoles, func(w http.ResponseWriter, r *http.Request) {
+			s.writeOcorrencia(w, r, "")
+		}).ServeHTTP(w, r)
+		return
+	}
+	in, err := s.integrator(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.writeOcorrencia(w, r, in.ID)
+}
+
+func (s *Server) writeOcorrencia(w http.ResponseWriter, r *http.Request, integrador string) {
+	o, err := s.Ocorrencias.Get(r.Context(), r.PathValue("id"), integrador)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
