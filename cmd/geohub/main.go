@@ -20,6 +20,7 @@ Commands:
   geohub token revoke --id ID [--data DIR]
   geohub backup  --out FILE [--data DIR]
   geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
+  geohub simulador --geohub URL --api-key K --secret S --integrador ID [--listen HOST:PORT]
 
 Run "geohub <command> --help" for the flags of each command and the
 environment variable each flag reads.
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string) error {
 		return backupCmd(ctx, args[1:])
 	case "verify-signature":
 		return verifySignatureCmd(os.Stdin, os.Stdout, args[1:])
+	case "simulador":
+		return simulatorCmd(ctx, args[1:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return nil

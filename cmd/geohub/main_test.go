@@ -75,7 +75,7 @@ func startServer(t *testing.T, data string, flags ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0", "--demo"}, flags...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0"}, flags...)...)
 	cmd.Env = append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -144,6 +144,10 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 // requests, stop consumers, let the writer finish, checkpoint the WAL.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
+	if cfg.Demo {
+		// The demo's CAD simulator listens on loopback over http.
+		cfg.InsecureCallbacks = true
+	}
 	if m.Stdout == nil {
 		m.Stdout = io.Discard
 	}
@@ -295,11 +299,20 @@ func (m *Main) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	if cfg.InsecureCallbacks {
-		logger.Warn(strings.Repeat("!", 20) + " --insecure-callbacks: http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
+		logger.Warn(strings.Repeat("!", 20) + " insecure callbacks (--insecure-callbacks, implied by --demo): http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
 	}
 	logger.Info("geohub listening", "addr", m.Addr, "data", cfg.Data, "driver", store.DriverName, "demo", cfg.Demo)
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
+	if cfg.Demo {
+		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: integrators, publisher: publisher, logger: logger}
+		waitDemo, err := d.start(ctx)
+		if err != nil {
+			httpSrv.Close()
+			return err
+		}
+		defer waitDemo()
+	}
 	close(m.Ready)
 
 	select {

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+	"geohub/fixtures"
+	"geohub/receiver/simulator"
+)
+
+// demoCredentialsFile keeps the demo integrator's id and API key in the
+// data directory, as a real CAD keeps its credentials in its own config:
+// the API key is shown only once, and restarts must reuse it.
+const demoCredentialsFile = "demo-cad.json"
+
+type demoCredentials struct {
+	ID     string `json:"id"`
+	APIKey string `json:"api_key"`
+}
+
+// demo is what --demo runs beside the server: the built-in CAD simulator as
+// a real integrator (its own webhook listener on loopback, commands over
+// the HTTP API) and a trickle of jornada events from a rostering system.
+type demo struct {
+	data        string
+	geohub      string // the API's base URL
+	integrators *app.Integrators
+	publisher   *app.Publisher
+	logger      *slog.Logger
+}
+
+// start launches the demo and returns a function that waits for it to stop
+// once ctx ends.
+func (d *demo) start(ctx context.Context) (wait func(), err error) {
+	fx, err := fixtures.LoadDemo()
+	if err != nil {
+		return nil, fmt.Errorf("demo fixtures: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("demo listener: %w", err)
+	}
+	callback := "http://" + ln.Addr().String() + "/geohub/eventos"
+	creds, err := d.integrator(ctx, fx, callback)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	log := d.logger.With("componente", "simulador")
+	cad := simulator.New(simulator.Config{
+		BaseURL: d.geohub,
+		APIKey:  creds.APIKey,
+		Self:    creds.ID,
+		// In the same process the simulator can follow a secret rotation
+		// made on the console; a real CAD is given the new secret.
+		Secrets: func() [][]byte {
+			cur, prev, err := d.integrators.Secrets(context.Background(), creds.ID)
+			if err != nil {
+				return nil
+			}
+			return [][]byte{cur, prev}
+		},
+		Logger: log,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /geohub/eventos", cad.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("demo receiver stopped", "err", err)
+		}
+	})
+	wg.Go(func() {
+		if err := cad.Run(ctx, simulator.RunConfig{}); err != nil && ctx.Err() == nil {
+			log.Error("demo simulator stopped", "err", err)
+		}
+	})
+	wg.Go(func() { d.jornadas(ctx, fx) })
+	d.logger.Info("demo running: the CAD simulator sends commands and receives webhooks",
+		"integrador", creds.ID, "callback", callback)
+	return func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+		wg.Wait()
+	}, nil
+}
+
+// integrator returns the demo integrator, created on the first --demo start
+// and pointed at this run's callback on every later one.
+func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string) (demoCredentials, error) {
+	path := filepath.Join(d.data, demoCredentialsFile)
+	var creds demoCredentials
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(raw, &creds); err != nil {
+			return creds, fmt.Errorf("%s: %w", path, err)
+		}
+		ativo := true
+		_, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback, Ativo: &ativo})
+		if err == nil {
+			return creds, nil
+		}
+		if app.ErrorCode(err) != app.ENotFound {
+			return creds, fmt.Errorf("update demo integrator: %w", err)
+		}
+		// The file outlived its integrator (another database): start over.
+	case !errors.Is(err, fs.ErrNotExist):
+		return creds, err
+	}
+	created, err := d.integrators.Create(ctx, app.NewIntegrator{Nome: fx.Integrador.Nome, CallbackURL: callback,
+		HostsPermitidos: []string{"127.0.0.1"}, Eventos: fx.Integrador.Eventos})
+	if err != nil {
+		return creds, fmt.Errorf("create demo integrator: %w", err)
+	}
+	creds = demoCredentials{ID: created.ID, APIKey: created.APIKey}
+	raw, err = json.Marshal(creds)
+	if err != nil {
+		return creds, err
+	}
+	return creds, writeFileAtomic(path, raw)
+}
+
+// jornadas publishes shifts starting and ending, as a rostering system
+// would over POST /api/events: at most a few open at once, one change every
+// 10–20 s.
+func (d *demo) jornadas(ctx context.Context, fx fixtures.Demo) {
+	if len(fx.Servidores) == 0 || len(fx.Unidades) == 0 {
+		return
+	}
+	type open struct{ id, servidor string }
+	var abertas []open
+	autoria := &app.Autoria{ID: "escala-municipal", Tipo: "sistema"}
+	publish := func(tipo, id string, payload any) {
+		raw, err := json.Marshal(payload)
+		if err != nil {
+			return
+		}
+		if _, _, err := d.publisher.Publish(ctx, app.PublishRequest{Tipo: tipo, Origem: "escala", Agregado: "jornada:" + id,
+			Autoria: autoria, Payload: raw}); err != nil && ctx.Err() == nil {
+			d.logger.Warn("demo jornada not published", "tipo", tipo, "err", err)
+		}
+	}
+	for wait := time.Second; ; wait = time.Duration(10+rand.IntN(10)) * time.Second {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		now := time.Now().UTC().Format(time.RFC3339)
+		if len(abertas) >= 3 || len(abertas) > 0 && rand.IntN(3) == 0 {
+			i := rand.IntN(len(abertas))
+			j := abertas[i]
+			abertas = append(abertas[:i], abertas[i+1:]...)
+			publish("jornada:encerrada", j.id, map[string]any{"jornadaId": j.id, "fim": now, "motivo": "fim do turno"})
+			continue
+		}
+		s := fx.Servidores[rand.IntN(len(fx.Servidores))]
+		id := uuid.NewString()
+		abertas = append(abertas, open{id: id, servidor: s.Nome})
+		publish("jornada:iniciada", id, map[string]any{"jornadaId": id, "inicio": now,
+			"servidor": map[string]string{"nome": s.Nome, "cpf": s.CPF},
+			"unidade":  fx.Unidades[rand.IntN(len(fx.Unidades))],
+			"local":    map[string]float64{"lat": -22.9056 + (rand.Float64()-0.5)*0.05, "lng": -47.0608 + (rand.Float64()-0.5)*0.05}})
+	}
+}
+
+// loopbackURL turns a listen address into a URL a local client can dial.
+func loopbackURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// writeFileAtomic writes a 0600 file through a synced temporary file and a
+// rename, so a crash leaves the old content or the new, never half.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
