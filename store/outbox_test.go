@@ -112,3 +112,35 @@ func TestClaimsHonourQuotas(t *testing.T) {
 		t.Fatalf("an integrator without quota was claimed: %+v", others)
 	}
 }
+
+// A command's events and its outcome are one batch: when any of them fails,
+// none is in the log and no delivery was enqueued.
+func TestAppendBatchIsAllOrNothing(t *testing.T) {
+	k, integrador := outboxFixture(t, 0)
+	ctx := t.Context()
+	ok := &app.Outbox{Body: []byte(`{}`), Agregado: "x:2", Recipients: func(string) []string { return []string{integrador} }}
+	// The foreign key to integrator refuses a recipient that does not exist.
+	broken := &app.Outbox{Body: []byte(`{}`), Agregado: "x:2", Recipients: func(string) []string { return []string{"nao-existe"} }}
+	first, second := newEvent("a:b"), newEvent("a:b")
+	if _, err := k.db.Append(ctx, []app.Pending{{Event: first, Outbox: ok}, {Event: second, Outbox: broken}}); err == nil {
+		t.Fatal("a batch with a failing event was accepted")
+	}
+	for _, id := range []string{first.EventID, second.EventID} {
+		if _, err := k.db.Event(ctx, id); err != app.ErrNotFound {
+			t.Fatalf("event %s of a failed batch: %v", id, err)
+		}
+	}
+	if _, n, err := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 10}); err != nil || n != 0 {
+		t.Fatalf("%d deliveries of a failed batch (%v)", n, err)
+	}
+	// The same batch, repaired, goes in whole, in order, with gapless sequences.
+	stored, err := k.db.Append(ctx, []app.Pending{{Event: first, Outbox: ok}, {Event: second, Outbox: ok}})
+	if err != nil || len(stored) != 2 || !stored[0].Created || !stored[1].Created ||
+		stored[1].Event.Sequence != stored[0].Event.Sequence+1 {
+		t.Fatalf("repaired batch: %+v %v", stored, err)
+	}
+	dels, _, err := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 10})
+	if err != nil || len(dels) != 2 || dels[0].Sequencia != 1 || dels[1].Sequencia != 2 {
+		t.Fatalf("deliveries %+v %v", dels, err)
+	}
+}

@@ -375,3 +375,26 @@ func TestConcurrentRepeatsOfACommandRegisterOnce(t *testing.T) {
 	}
 	e.outcome(t, sol)
 }
+
+// The projection is the log: an event another system publishes on the
+// ocorrência's aggregate counts as much as a command's, and the next command
+// is checked against it.
+func TestProjectionFoldsEventsFromOtherPublishers(t *testing.T) {
+	e := cmdSetup(t)
+	var oc ocorrencia.Ocorrencia
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "resgate"}).want(t, 201).decode(t, &oc)
+	var d ocorrencia.Ocorrencia
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias/"+oc.ID+"/despachos",
+		map[string]any{"recurso": map[string]any{"identificador": "UR-1"}}).want(t, 201).decode(t, &d)
+	// A dispatcher at the central moves the despacho from another system.
+	e.publish(t, map[string]any{"tipo": ocorrencia.TipoDespachoMudouStatus, "origem": "central", "agregado": "ocorrencia:" + oc.ID,
+		"autoria": map[string]any{"id": "operador-7", "tipo": "usuario"},
+		"payload": map[string]any{"id": d.Despacho.ID, "ocorrenciaId": oc.ID, "de": "em_deslocamento", "para": "cancelado"}})
+	var got ocorrencia.Ocorrencia
+	e.doAuth(t, http.MethodGet, "/api/ocorrencias/"+oc.ID, "Bearer "+e.A.APIKey, nil).want(t, 200).decode(t, &got)
+	if got.Versao != 3 || got.Despachos[0].Status != ocorrencia.Cancelado {
+		t.Fatalf("projection ignores the published event: %+v", got)
+	}
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias/"+oc.ID+"/despachos/"+d.Despacho.ID+"/status",
+		map[string]any{"para": "no_local"}).want(t, 409)
+}
