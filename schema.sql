@@ -184,3 +184,16 @@ CREATE TABLE delivery_attempt (
     resposta    TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX delivery_attempt_outbox_idx ON delivery_attempt (outbox_id);
+
+-- migration: 4
+
+-- Console sessions. Only the SHA-256 of the cookie's secret is stored, so a
+-- copy of the database opens no session.
+CREATE TABLE operator_session (
+    hash        TEXT    PRIMARY KEY,
+    operador_id TEXT    NOT NULL REFERENCES operator (id),
+    criado_em   INTEGER NOT NULL,
+    expira_em   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX operator_session_expira_idx ON operator_session (expira_em);
+CREATE INDEX operator_session_operador_idx ON operator_session (operador_id);

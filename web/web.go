@@ -35,8 +35,10 @@ type Server struct {
 	Deliveries  *app.Deliveries
 	// Ocorrencias is the ocorrência plugin: commands and projection.
 	Ocorrencias *ocorrencia.Service
-	Logger      *slog.Logger
-	Gatherer    prometheus.Gatherer
+	// Console serves every path outside /api/ that no API route takes.
+	Console  http.Handler
+	Logger   *slog.Logger
+	Gatherer prometheus.Gatherer
 	// Ready reports whether the database is writable and workers run.
 	Ready func(ctx context.Context) error
 }
@@ -91,6 +93,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
 	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern == "" {
+			if s.Console != nil && !strings.HasPrefix(r.URL.Path, "/api/") {
+				s.Console.ServeHTTP(w, r)
+				return
+			}
 			s.unrouted(w, r, mux)
 			return
 		}

@@ -23,6 +23,7 @@ import (
 	"geohub/app/redact"
 	"geohub/store"
 	"geohub/web"
+	"geohub/web/console"
 )
 
 // Config is what `geohub serve` runs with.
@@ -268,12 +269,29 @@ func (m *Main) Run(ctx context.Context) error {
 		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
 	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db,
 		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
+	stats := &app.Stats{Store: db, Now: time.Now}
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		stats.Run(runCtx)
+	}()
+	defer func() {
+		stopWorkers()
+		<-statsDone
+	}()
+	audit := &app.Audit{Log: db, Store: db}
+	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
 	srv := &web.Server{
+		Console: (&console.Console{
+			Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
+			Audit:    audit, Deliveries: deliveries, Integrators: integrators, Registry: registry,
+			Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, Logger: logger, Now: time.Now,
+		}).Handler(),
 		Publisher:   publisher,
 		Ocorrencias: ocorrencias,
-		Deliveries:  &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now},
+		Deliveries:  deliveries,
 		Registry:    registry,
-		Audit:       &app.Audit{Log: db, Store: db},
+		Audit:       audit,
 		Consumers:   consumers,
 		Auth:        auth,
 		Integrators: integrators,

@@ -1,0 +1,263 @@
+package app
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// SessionStore keeps console sessions and operator accounts.
+type SessionStore interface {
+	InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time) error
+	// SessionOperator returns the operator of a session that has not expired.
+	SessionOperator(ctx context.Context, hash string, now time.Time) (Operator, error)
+	DeleteSession(ctx context.Context, hash string) error
+	// SetOperatorPassword changes a password and ends every other session
+	// of the operator but keepSession.
+	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
+	Operators(ctx context.Context) ([]Operator, error)
+}
+
+// Console login limits: after loginMaxFailures failed attempts within
+// loginWindow, from one client address or for one login, further attempts
+// are refused until the window passes.
+const (
+	loginMaxFailures = 5
+	loginWindow      = 15 * time.Minute
+	// DefaultSessionTTL is a working shift: a session ends this long after
+	// its login.
+	DefaultSessionTTL = 12 * time.Hour
+	// MinPasswordLen is the shortest password an operator may choose.
+	MinPasswordLen = 10
+)
+
+const sessionPrefix = "gs_"
+
+// Sessions is the console's operator authentication: login with a
+// rate limit, sessions stored as hashes, CSRF tokens bound to the session,
+// password changes and operator accounts.
+type Sessions struct {
+	Store interface {
+		AuthStore
+		SessionStore
+	}
+	Now func() time.Time
+	// CSRFKey signs the CSRF token of each session (see DeriveCSRFKey).
+	CSRFKey []byte
+	// TTL is how long a session lasts; default DefaultSessionTTL.
+	TTL time.Duration
+
+	mu       sync.Mutex
+	failures map[string][]time.Time // "ip:…" or "login:…" → recent failures
+}
+
+// DeriveCSRFKey derives the CSRF signing key from the master key.
+func DeriveCSRFKey(master []byte) []byte {
+	k, err := hkdf.Key(sha256.New, master, nil, "geohub csrf v1", 32)
+	if err != nil {
+		panic("derive csrf key: " + err.Error())
+	}
+	return k
+}
+
+// dummyHash is compared against when a login does not exist, so a wrong
+// login costs as much time as a wrong password and reveals nothing.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("geohub-no-such-operator"), bcrypt.DefaultCost)
+
+// errBadLogin is the one answer to a wrong login or password: no user
+// enumeration.
+var errBadLogin = Errorf(EUnauthorized, "login ou senha incorretos")
+
+// Login checks a login and password and opens a session, returning the
+// cookie's secret. client identifies the caller (its address) for the rate
+// limit.
+func (s *Sessions) Login(ctx context.Context, login, senha, client string) (string, Operator, error) {
+	now := s.Now()
+	keys := []string{"ip:" + client, "login:" + login}
+	if wait := s.blocked(keys, now); wait > 0 {
+		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: fmt.Sprintf("muitas tentativas de login; tente de novo em %d minutos", int(wait.Minutes())+1)}
+	}
+	o, hash, err := s.Store.OperatorByLogin(ctx, login)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return "", Operator{}, err
+	}
+	if err != nil {
+		bcrypt.CompareHashAndPassword(dummyHash, []byte(senha))
+		s.fail(keys, now)
+		return "", Operator{}, errBadLogin
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
+		s.fail(keys, now)
+		return "", Operator{}, errBadLogin
+	}
+	s.mu.Lock()
+	delete(s.failures, "login:"+login)
+	s.mu.Unlock()
+	secret := sessionPrefix + randomString(32)
+	ttl := s.TTL
+	if ttl <= 0 {
+		ttl = DefaultSessionTTL
+	}
+	if err := s.Store.InsertSession(ctx, hashToken(secret), o.ID, now.UTC(), now.Add(ttl).UTC()); err != nil {
+		return "", Operator{}, err
+	}
+	return secret, o, nil
+}
+
+func (s *Sessions) blocked(keys []string, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var wait time.Duration
+	for _, k := range keys {
+		recent := s.recent(k, now)
+		if len(recent) >= loginMaxFailures {
+			wait = max(wait, recent[0].Add(loginWindow).Sub(now))
+		}
+	}
+	return wait
+}
+
+// recent drops failures older than the window; s.mu is held.
+func (s *Sessions) recent(key string, now time.Time) []time.Time {
+	ts := s.failures[key]
+	i := 0
+	for i < len(ts) && now.Sub(ts[i]) >= loginWindow {
+		i++
+	}
+	ts = ts[i:]
+	if len(ts) == 0 {
+		delete(s.failures, key)
+	} else {
+		s.failures[key] = ts
+	}
+	return ts
+}
+
+func (s *Sessions) fail(keys []string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures == nil {
+		s.failures = map[string][]time.Time{}
+	}
+	// A flood of distinct addresses must not grow memory without bound.
+	if len(s.failures) > 10_000 {
+		for k := range s.failures {
+			s.recent(k, now)
+		}
+	}
+	for _, k := range keys {
+		s.failures[k] = append(s.recent(k, now), now)
+	}
+}
+
+// Resolve returns the operator of a live session.
+func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error) {
+	if len(secret) < len(sessionPrefix) || secret[:len(sessionPrefix)] != sessionPrefix {
+		return Operator{}, Errorf(EUnauthorized, "sessão inválida")
+	}
+	o, err := s.Store.SessionOperator(ctx, hashToken(secret), s.Now().UTC())
+	if errors.Is(err, ErrNotFound) {
+		return Operator{}, Errorf(EUnauthorized, "sessão expirada")
+	}
+	return o, err
+}
+
+// Logout ends a session.
+func (s *Sessions) Logout(ctx context.Context, secret string) error {
+	return s.Store.DeleteSession(ctx, hashToken(secret))
+}
+
+// CSRF returns the session's CSRF token: an HMAC of its secret, so it needs
+// no storage and dies with the session.
+func (s *Sessions) CSRF(secret string) string {
+	m := hmac.New(sha256.New, s.CSRFKey)
+	m.Write([]byte(secret))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// CheckCSRF compares a form's token with the session's in constant time.
+func (s *Sessions) CheckCSRF(secret, token string) bool {
+	return token != "" && hmac.Equal([]byte(s.CSRF(secret)), []byte(token))
+}
+
+// ChangePassword sets a new password after checking the current one, and
+// ends the operator's other sessions.
+func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual, nova string) error {
+	_, hash, err := s.Store.OperatorByLogin(ctx, o.Login)
+	if err != nil {
+		return err
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(atual)) != nil {
+		return &Error{Code: EInvalid, Message: "senha atual incorreta",
+			Details: []Detail{{"/atual", "senha atual incorreta"}}}
+	}
+	if err := checkPassword("/nova", nova); err != nil {
+		return err
+	}
+	newHash, err := bcrypt.GenerateFromPassword([]byte(nova), bcrypt.DefaultCost)
+	if err != nil {
+		return err
+	}
+	return s.Store.SetOperatorPassword(ctx, o.ID, string(newHash), hashToken(secret))
+}
+
+var loginPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{2,39}$`)
+
+// CreateOperator adds a console account (admin only, checked by the caller).
+func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, papel Papel) (Operator, error) {
+	var bad []Detail
+	if !loginPattern.MatchString(login) {
+		bad = append(bad, Detail{"/login", "3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado"})
+	}
+	switch papel {
+	case PapelAdmin, PapelOperador, PapelLeitor:
+	default:
+		bad = append(bad, Detail{"/papel", "deve ser admin, operador ou leitor"})
+	}
+	if err := checkPassword("/senha", senha); err != nil {
+		bad = append(bad, err.(*Error).Details...)
+	}
+	if len(bad) > 0 {
+		return Operator{}, &Error{Code: EInvalid, Message: "dados do operador inválidos", Details: bad}
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
+	if err != nil {
+		return Operator{}, err
+	}
+	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: login, Papel: papel, CriadoEm: s.Now().UTC()}
+	created, err := s.Store.InsertOperator(ctx, o, string(hash))
+	if err != nil {
+		return Operator{}, err
+	}
+	if !created {
+		return Operator{}, &Error{Code: EConflict, Message: "já existe um operador com este login",
+			Details: []Detail{{"/login", "já existe"}}}
+	}
+	return o, nil
+}
+
+// Operators lists the console accounts.
+func (s *Sessions) Operators(ctx context.Context) ([]Operator, error) {
+	return s.Store.Operators(ctx)
+}
+
+func checkPassword(path, senha string) error {
+	// bcrypt reads at most 72 bytes: a longer password would be silently cut.
+	if n := utf8.RuneCountInString(senha); n < MinPasswordLen || len(senha) > 72 {
+		return &Error{Code: EInvalid, Message: "senha inválida",
+			Details: []Detail{{path, fmt.Sprintf("de %d a 72 caracteres", MinPasswordLen)}}}
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The console is tested in a real browser: Debian's chromium, headless,
+// driven over the DevTools protocol. ./scripts/test installs chromium and
+// sets GEOHUB_REQUIRE_BROWSER=1, so there a missing browser fails the run;
+// elsewhere these tests skip without one.
+const adminPassword = "senha-de-teste-123" // startServer's GEOHUB_ADMIN_PASSWORD
+
+// browser opens a headless chromium at the console's usual screen size.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("GEOHUB_REQUIRE_BROWSER") == "1" {
+			t.Fatal("chromium is required (apt-get install chromium)")
+		}
+		t.Skip("chromium not installed; ./scripts/test installs it")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.WindowSize(1366, 768),
+		chromedp.NoSandbox, // CI runs as root, where chromium's sandbox cannot start
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("lang", "pt-BR"),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first run starts the browser, which lives as long as its context:
+	// no timeout on that one; each test's steps get one below.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+type css = chromedp.CSS
+
+// do runs browser actions, failing the test with the step that failed.
+func do(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+// login signs in through the login form and waits for the page it lands on.
+func login(t *testing.T, ctx context.Context, base, user, password string) {
+	t.Helper()
+	do(t, ctx, "login as "+user,
+		chromedp.Navigate(base+"/login"),
+		chromedp.WaitVisible(css(`input[name=login]`)),
+		chromedp.SendKeys(css(`input[name=login]`), user),
+		chromedp.SendKeys(css(`input[name=senha]`), password),
+		chromedp.Click(css(`button[type=submit]`)),
+		chromedp.WaitVisible(css(`nav.menu`)),
+	)
+}
+
+// screenshot saves the page as it looks at 1366x768, for a person to review:
+// into $GEOHUB_SCREENSHOTS when set, else into the test's temp dir.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("GEOHUB_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "settle before "+name, chromedp.Sleep(300*time.Millisecond))
+	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// get runs one browser action that returns a value.
+func get[T any](t *testing.T, ctx context.Context, step string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	return v
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	return strings.TrimSpace(get(t, ctx, "read "+sel, chromedp.Text(css(sel), chromedp.NodeVisible)))
+}
+
+func TestConsoleLogin(t *testing.T) {
+	ctx := browser(t)
+	srv := startServer(t, t.TempDir())
+	base := "http://" + srv.addr
+
+	t.Run("a page without a session goes to /login and back after it", func(t *testing.T) {
+		do(t, ctx, "open a page", chromedp.Navigate(base+"/conta/senha?x=1"), chromedp.WaitVisible(css(`input[name=login]`)))
+		url := get(t, ctx, "location", chromedp.Location())
+		if !strings.Contains(url, "/login?volta=%2Fconta%2Fsenha%3Fx%3D1") {
+			t.Fatalf("landed on %s", url)
+		}
+		screenshot(t, ctx, "login")
+		do(t, ctx, "sign in", chromedp.SendKeys(css(`input[name=login]`), "admin"), chromedp.SendKeys(css(`input[name=senha]`), adminPassword),
+			chromedp.Click(css(`button[type=submit]`)), chromedp.WaitVisible(css(`nav.menu`)))
+		url = get(t, ctx, "location", chromedp.Location())
+		if !strings.HasSuffix(url, "/conta/senha?x=1") {
+			t.Fatalf("after login landed on %s", url)
+		}
+	})
+	t.Run("a wrong password gets a generic message", func(t *testing.T) {
+		ctx, cancel := chromedp.NewContext(ctx) // a fresh tab shares cookies; sign out first
+		defer cancel()
+		do(t, ctx, "sign out", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`nav.menu`)), chromedp.Click(css(`.conta button`)),
+			chromedp.WaitVisible(css(`input[name=login]`)))
+		for _, user := range []string{"admin", "ninguem"} {
+			do(t, ctx, "wrong password for "+user, chromedp.Clear(css(`input[name=login]`)), chromedp.SendKeys(css(`input[name=login]`), user),
+				chromedp.SendKeys(css(`input[name=senha]`), "errada-errada"), chromedp.Click(css(`button[type=submit]`)),
+				chromedp.WaitVisible(css(`.erro-form`)))
+			if msg := text(t, ctx, `.erro-form`); msg != "login ou senha incorretos" {
+				t.Fatalf("%s: message %q", user, msg)
+			}
+		}
+		login := get(t, ctx, "typed login kept", chromedp.Value(css(`input[name=login]`)))
+		if login != "ninguem" {
+			t.Fatalf("the login field lost what was typed: %q", login)
+		}
+	})
+	t.Run("overview", func(t *testing.T) {
+		login(t, ctx, base, "admin", adminPassword)
+		do(t, ctx, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`.numeros`)))
+		screenshot(t, ctx, "visao-geral")
+	})
+}

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"geohub/app"
+)
+
+// InsertSession implements app.SessionStore.
+func (db *DB) InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time) error {
+	return db.do(ctx, func(tx *wtx) error {
+		// Expired sessions go with each login: no sweeper needed.
+		if _, err := tx.Exec(`DELETE FROM operator_session WHERE expira_em <= ?`, ms(criado)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO operator_session (hash, operador_id, criado_em, expira_em) VALUES (?, ?, ?, ?)`,
+			hash, operadorID, ms(criado), ms(expira))
+		return err
+	})
+}
+
+// SessionOperator implements app.SessionStore: the operator of a live session.
+func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (app.Operator, error) {
+	var o app.Operator
+	var criado int64
+	err := db.read.QueryRowContext(ctx, `SELECT o.id, o.login, o.papel, o.criado_em
+		FROM operator_session s JOIN operator o ON o.id = s.operador_id
+		WHERE s.hash = ? AND s.expira_em > ?`, hash, ms(now)).Scan(&o.ID, &o.Login, &o.Papel, &criado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, app.ErrNotFound
+	}
+	o.CriadoEm = fromMS(criado)
+	return o, err
+}
+
+// DeleteSession implements app.SessionStore.
+func (db *DB) DeleteSession(ctx context.Context, hash string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(`DELETE FROM operator_session WHERE hash = ?`, hash)
+		return err
+	})
+}
+
+// SetOperatorPassword implements app.SessionStore. It ends the operator's
+// other sessions in the same transaction: a changed password locks out
+// whoever knew the old one.
+func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(`UPDATE operator SET senha_hash = ? WHERE id = ?`, senhaHash, operadorID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ? AND hash <> ?`, operadorID, keepSession)
+		return err
+	})
+}
+
+// Operators implements app.SessionStore.
+func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT id, login, papel, criado_em FROM operator ORDER BY login`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []app.Operator
+	for rows.Next() {
+		var o app.Operator
+		var criado int64
+		if err := rows.Scan(&o.ID, &o.Login, &o.Papel, &criado); err != nil {
+			return nil, err
+		}
+		o.CriadoEm = fromMS(criado)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,261 @@
+// Package console is the operators' browser console (SPEC 9): server-rendered
+// pages (github.com/a-h/templ; the generated *_templ.go files are
+// committed), static assets embedded in the binary, sessions with CSRF
+// tokens, and websocket live tails. Its text is pt-BR. Like package web it
+// holds no SQL and no business rules: every action is a call on package app.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"geohub/app"
+)
+
+//go:generate go tool templ generate
+
+//go:embed static
+var static embed.FS
+
+// Cookie names. The session cookie carries the secret; the login form's
+// CSRF cookie exists only before a session does.
+const (
+	sessionCookie = "geohub_sessao"
+	loginCSRF     = "geohub_csrf_login"
+)
+
+// Console serves the console's pages.
+type Console struct {
+	Sessions    *app.Sessions
+	Audit       *app.Audit
+	Deliveries  *app.Deliveries
+	Integrators *app.Integrators
+	Registry    *app.Registry
+	Consumers   *app.Consumers
+	Stats       *app.Stats
+	// Insecure says --insecure-callbacks is on: every page says so.
+	Insecure bool
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// session is the signed-in operator of a request.
+type session struct {
+	op     app.Operator
+	secret string
+	csrf   string
+}
+
+type sessionKey struct{}
+
+func sessionOf(r *http.Request) *session {
+	s, _ := r.Context().Value(sessionKey{}).(*session)
+	return s
+}
+
+// Roles of the console: leitor reads, operador also acts on deliveries and
+// the DLQ, admin also manages integrators, the registry and operators.
+var (
+	readers   = []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
+	operators = []app.Papel{app.PapelAdmin, app.PapelOperador}
+	admins    = []app.Papel{app.PapelAdmin}
+)
+
+func allowed(s *session, roles []app.Papel) bool {
+	for _, r := range roles {
+		if s != nil && s.op.Papel == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Handler returns the console's routes.
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	assets, _ := fs.Sub(static, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", cacheAssets(http.FileServerFS(assets))))
+	mux.HandleFunc("GET /login", c.loginPage)
+	mux.HandleFunc("POST /login", c.login)
+	mux.Handle("POST /sair", c.authed(readers, c.logout))
+	mux.Handle("GET /conta/senha", c.authed(readers, c.passwordPage))
+	mux.Handle("POST /conta/senha", c.authed(readers, c.changePassword))
+	mux.Handle("GET /{$}", c.authed(readers, c.overview))
+	mux.Handle("GET /visao-geral", c.authed(readers, c.overviewCharts))
+	return securityHeaders(mux)
+}
+
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		// No inline script or style anywhere: charts are SVG attributes and
+		// the scripts read their settings from data- attributes.
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func cacheAssets(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authed admits a request with a live session and one of roles. Without a
+// session a page goes to /login and comes back afterwards; a POST without
+// the session's CSRF token is refused 403.
+func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var op app.Operator
+		ck, err := r.Cookie(sessionCookie)
+		if err == nil {
+			op, err = c.Sessions.Resolve(r.Context(), ck.Value)
+		} else {
+			err = app.Errorf(app.EUnauthorized, "sem sessão")
+		}
+		if err != nil {
+			if app.ErrorCode(err) != app.EUnauthorized {
+				c.fail(w, r, err)
+				return
+			}
+			if isWebsocket(r) || r.Method != http.MethodGet {
+				http.Error(w, "sessão expirada", http.StatusUnauthorized)
+				return
+			}
+			back := r.URL.RequestURI()
+			http.Redirect(w, r, "/login?volta="+url.QueryEscape(back), http.StatusSeeOther)
+			return
+		}
+		s := &session{op: op, secret: ck.Value, csrf: c.Sessions.CSRF(ck.Value)}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+			if !c.Sessions.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
+				c.forbidden(w, r, s, "O formulário expirou ou não veio desta página (token CSRF inválido). Recarregue a página e tente de novo.")
+				return
+			}
+		}
+		if !allowed(s, roles) {
+			c.forbidden(w, r, s, "Seu papel ("+string(op.Papel)+") não permite esta ação.")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+	})
+}
+
+func isWebsocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// page is what the layout needs from every page.
+type page struct {
+	Title    string
+	Active   string // the nav entry
+	S        *session
+	Insecure bool
+	Flash    string // a one-line confirmation, above the content
+}
+
+func (c *Console) page(r *http.Request, title, active string) page {
+	return page{Title: title, Active: active, S: sessionOf(r), Insecure: c.Insecure, Flash: r.URL.Query().Get("ok")}
+}
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, comp templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if err := comp.Render(r.Context(), w); err != nil {
+		c.Logger.Warn("render console page", "path", r.URL.Path, "err", err)
+	}
+}
+
+func (c *Console) forbidden(w http.ResponseWriter, r *http.Request, s *session, msg string) {
+	p := page{Title: "Acesso negado", S: s, Insecure: c.Insecure}
+	c.render(w, r, http.StatusForbidden, errorPage(p, "Acesso negado", msg))
+}
+
+// fail renders an app error as a page: its public message, or a generic one
+// for internal errors, which are logged.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := app.ErrorCode(err)
+	status := code.HTTPStatus()
+	msg := "Algo deu errado do nosso lado. Tente de novo; se persistir, avise o administrador."
+	var e *app.Error
+	if errors.As(err, &e) && status < 500 {
+		msg = e.Message
+	} else {
+		c.Logger.Error("console request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	title := "Erro"
+	if code == app.ENotFound {
+		title = "Não encontrado"
+	}
+	p := page{Title: title, S: sessionOf(r), Insecure: c.Insecure}
+	c.render(w, r, status, errorPage(p, title, msg))
+}
+
+// redirect answers a successful form with a page that says what happened.
+func redirect(w http.ResponseWriter, r *http.Request, to, ok string) {
+	if ok != "" {
+		sep := "?"
+		if strings.Contains(to, "?") {
+			sep = "&"
+		}
+		to += sep + "ok=" + url.QueryEscape(ok)
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// form carries what was typed and the findings per field, so an invalid
+// form comes back with the error beside each field and nothing retyped.
+type form struct {
+	Values map[string]string
+	Errors map[string]string
+	Error  string // a finding about the whole form
+}
+
+func newForm(r *http.Request, fields ...string) form {
+	f := form{Values: map[string]string{}, Errors: map[string]string{}}
+	for _, k := range fields {
+		f.Values[k] = r.PostFormValue(k)
+	}
+	return f
+}
+
+// take copies an app error's findings onto the fields they point at.
+func (f *form) take(err error) {
+	var e *app.Error
+	if !errors.As(err, &e) {
+		f.Error = "Algo deu errado do nosso lado. Tente de novo."
+		return
+	}
+	for _, d := range e.Details {
+		field := strings.TrimPrefix(d.Caminho, "/")
+		if i := strings.IndexByte(field, '/'); i >= 0 {
+			field = field[:i]
+		}
+		if _, ok := f.Values[field]; ok && f.Errors[field] == "" {
+			f.Errors[field] = d.Mensagem
+		} else if f.Error == "" {
+			f.Error = e.Message + ": " + d.Mensagem
+		}
+	}
+	if len(e.Details) == 0 {
+		f.Error = e.Message
+	}
+}
+
+func (f form) V(k string) string { return f.Values[k] }
+func (f form) E(k string) string { return f.Errors[k] }

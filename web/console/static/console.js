@@ -1,0 +1,110 @@
+// Geohub console: no framework, no inline script (the page's CSP forbids
+// it). Elements opt in through data- attributes:
+//   data-atualizar="/url" data-intervalo="ms"  refresh the element's HTML
+//   data-tail="/ws/..."                        a websocket live tail
+//   data-confirmar="question"                  confirm before submitting
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("[data-atualizar]").forEach(refresh);
+  document.querySelectorAll("[data-tail]").forEach((el) => new Tail(el));
+  document.querySelectorAll("form[data-confirmar]").forEach((f) =>
+    f.addEventListener("submit", (e) => {
+      if (!confirm(f.dataset.confirmar)) e.preventDefault();
+    }),
+  );
+  document.querySelectorAll("[data-copiar]").forEach((b) =>
+    b.addEventListener("click", () => {
+      const src = document.getElementById(b.dataset.copiar);
+      navigator.clipboard?.writeText(src.textContent.trim());
+      b.textContent = "Copiado";
+    }),
+  );
+});
+
+function refresh(el) {
+  const every = Number(el.dataset.intervalo || 15000);
+  setInterval(async () => {
+    if (document.hidden) return;
+    try {
+      const res = await fetch(el.dataset.atualizar, { headers: { Accept: "text/html" } });
+      if (res.redirected && res.url.includes("/login")) return location.reload();
+      if (res.ok) el.innerHTML = await res.text();
+    } catch (_) {
+      /* offline for a moment: the next tick tries again */
+    }
+  }, every);
+}
+
+// Tail keeps a websocket open and prepends the rows the server renders. It
+// remembers the last sequence it showed and resumes from it after a
+// reconnect, so no line is lost or repeated.
+class Tail {
+  constructor(el) {
+    this.el = el;
+    this.body = el.querySelector("tbody");
+    this.status = el.querySelector("[data-tail-status]");
+    this.pauseBtn = el.querySelector("[data-tail-pausa]");
+    this.max = Number(el.dataset.max || 200);
+    this.last = el.dataset.de || "0";
+    this.paused = false;
+    this.queue = [];
+    this.wait = 500;
+    if (this.pauseBtn) this.pauseBtn.addEventListener("click", () => this.togglePause());
+    this.connect();
+  }
+
+  url() {
+    const u = new URL(this.el.dataset.tail, location.href);
+    u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    u.searchParams.set("de", this.last);
+    return u;
+  }
+
+  connect() {
+    this.show("conectando…", "");
+    const ws = new WebSocket(this.url());
+    ws.onopen = () => {
+      this.wait = 500;
+      this.show("ao vivo", "ao-vivo");
+    };
+    ws.onmessage = (m) => {
+      const msg = JSON.parse(m.data);
+      if (BigInt(msg.seq) <= BigInt(this.last)) return;
+      this.last = msg.seq;
+      if (this.paused) this.queue.push(msg.html);
+      else this.add(msg.html);
+    };
+    ws.onclose = (e) => {
+      if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
+      this.show("reconectando…", "caiu");
+      setTimeout(() => this.connect(), this.wait);
+      this.wait = Math.min(this.wait * 2, 10000);
+    };
+  }
+
+  add(html) {
+    const empty = this.body.querySelector(".vazio");
+    if (empty) empty.remove();
+    this.body.insertAdjacentHTML("afterbegin", html);
+    const row = this.body.firstElementChild;
+    row.classList.add("novo");
+    setTimeout(() => row.classList.remove("novo"), 1500);
+    while (this.body.children.length > this.max) this.body.lastElementChild.remove();
+  }
+
+  togglePause() {
+    this.paused = !this.paused;
+    this.pauseBtn.textContent = this.paused ? "Retomar" : "Pausar";
+    if (!this.paused) {
+      this.queue.forEach((h) => this.add(h));
+      this.queue = [];
+    }
+  }
+
+  show(text, cls) {
+    if (!this.status) return;
+    this.status.textContent = text;
+    this.status.className = "tail-status " + cls;
+  }
+}
