@@ -131,6 +131,11 @@ func TestQueryPlans(t *testing.T) {
 		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}); return err }},
 		{name: "OutboxBacklog", run: func() error { _, err := db.OutboxBacklog(ctx); return err }},
 		{name: "Integrator by API key", run: func() error { _, err := db.IntegratorByAPIKey(ctx, "hash"); return err }},
+		// The console.
+		{name: "SessionOperator", run: func() error { _, err := db.SessionOperator(ctx, "hash", ts); return err }},
+		{name: "Operators", run: func() error { _, err := db.Operators(ctx); return err }, unfiltered: true},
+		{name: "EventsPerMinute", run: func() error { _, err := db.EventsPerMinute(ctx, ts, ts.Add(time.Hour)); return err }},
+		{name: "DeliveryCounts", run: func() error { _, err := db.DeliveryCounts(ctx); return err }, unfiltered: true},
 		// Writer statements (events.go).
 		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
 			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},

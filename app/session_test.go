@@ -1,0 +1,131 @@
+package app_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/store"
+)
+
+func sessionsSetup(t *testing.T) (*app.Sessions, *fakeClock) {
+	t.Helper()
+	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))}
+	auth := &app.Auth{Store: db, Now: clock.Now}
+	if _, _, err := auth.EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
+func TestSessions(t *testing.T) {
+	s, clock := sessionsSetup(t)
+	ctx := t.Context()
+
+	t.Run("a wrong login and a wrong password get the same answer", func(t *testing.T) {
+		_, _, e1 := s.Login(ctx, "admin", "errada-errada", "10.0.0.1")
+		_, _, e2 := s.Login(ctx, "ninguem", "errada-errada", "10.0.0.2")
+		if app.ErrorCode(e1) != app.EUnauthorized || e1.Error() != e2.Error() {
+			t.Fatalf("wrong password %v, wrong login %v", e1, e2)
+		}
+	})
+	t.Run("a session resolves, carries a CSRF token, and ends at logout", func(t *testing.T) {
+		secret, op, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.0.0.3")
+		if err != nil || op.Papel != app.PapelAdmin {
+			t.Fatal(err)
+		}
+		if got, err := s.Resolve(ctx, secret); err != nil || got.ID != op.ID {
+			t.Fatalf("resolve: %v", err)
+		}
+		if !s.CheckCSRF(secret, s.CSRF(secret)) || s.CheckCSRF(secret, "") || s.CheckCSRF(secret, s.CSRF(secret+"x")) {
+			t.Fatal("the CSRF token is not bound to its session")
+		}
+		if err := s.Logout(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Resolve(ctx, secret); app.ErrorCode(err) != app.EUnauthorized {
+			t.Fatalf("a session survived logout: %v", err)
+		}
+	})
+	t.Run("a session expires after its shift", func(t *testing.T) {
+		secret, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.0.0.4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.Add(app.DefaultSessionTTL + time.Second)
+		if _, err := s.Resolve(ctx, secret); app.ErrorCode(err) != app.EUnauthorized {
+			t.Fatalf("an expired session resolved: %v", err)
+		}
+	})
+	t.Run("repeated failures are rate limited per address and per login", func(t *testing.T) {
+		for range 5 {
+			s.Login(ctx, "admin", "errada-errada", "10.9.9.9")
+		}
+		_, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.9.9.9")
+		var e *app.Error
+		if app.ErrorCode(err) != app.ERateLimited {
+			t.Fatalf("the 6th attempt from one address: %v", err)
+		}
+		if e = err.(*app.Error); e.RetryAfter <= 0 || e.RetryAfter > 15*time.Minute {
+			t.Fatalf("Retry-After %v", e.RetryAfter)
+		}
+		// The login is locked from another address too: a distributed guess
+		// at one account is slowed as much.
+		if _, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.8.8.8"); app.ErrorCode(err) != app.ERateLimited {
+			t.Fatalf("the locked login from another address: %v", err)
+		}
+		clock.Add(15 * time.Minute)
+		if _, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.9.9.9"); err != nil {
+			t.Fatalf("after the window: %v", err)
+		}
+	})
+	t.Run("a password change ends the other sessions", func(t *testing.T) {
+		op, err := s.CreateOperator(ctx, "maria.silva", "senha-da-maria", app.PapelOperador)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine, _, err := s.Login(ctx, "maria.silva", "senha-da-maria", "10.1.1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _, err := s.Login(ctx, "maria.silva", "senha-da-maria", "10.1.1.2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ChangePassword(ctx, op, mine, "errada-errada", "nova-senha-da-maria"); app.ErrorCode(err) != app.EInvalid {
+			t.Fatalf("a wrong current password: %v", err)
+		}
+		if err := s.ChangePassword(ctx, op, mine, "senha-da-maria", "curta"); app.ErrorCode(err) != app.EInvalid {
+			t.Fatalf("a short password: %v", err)
+		}
+		if err := s.ChangePassword(ctx, op, mine, "senha-da-maria", "nova-senha-da-maria"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Resolve(ctx, mine); err != nil {
+			t.Fatalf("the changing session ended: %v", err)
+		}
+		if _, err := s.Resolve(ctx, other); app.ErrorCode(err) != app.EUnauthorized {
+			t.Fatalf("another session survived the change: %v", err)
+		}
+		if _, _, err := s.Login(ctx, "maria.silva", "nova-senha-da-maria", "10.1.1.3"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("operators are validated and unique", func(t *testing.T) {
+		_, err := s.CreateOperator(ctx, "X", "curta", "produtor")
+		e, ok := err.(*app.Error)
+		if !ok || len(e.Details) != 3 {
+			t.Fatalf("want 3 findings (login, papel, senha), got %v", err)
+		}
+		if _, err := s.CreateOperator(ctx, "maria.silva", "outra-senha-boa", app.PapelLeitor); app.ErrorCode(err) != app.EConflict {
+			t.Fatalf("a duplicate login: %v", err)
+		}
+	})
+}
