@@ -416,7 +416,7 @@ func benchRawHTTPPost(b *testing.B) benchResult {
 func benchHTTPPublish(b *testing.B) benchResult {
 	dir := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", Demo: true, LogLevel: "error"},
+	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", LogLevel: "error"},
 		Stdout: io.Discard, Ready: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
