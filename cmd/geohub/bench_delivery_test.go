@@ -265,7 +265,7 @@ type benchDelEnv struct {
 func benchDelStart(b *testing.B) *benchDelEnv {
 	dir := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", Demo: true, InsecureCallbacks: true, LogLevel: "error"},
+	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
 		Stdout: io.Discard, Ready: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
