@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"strings"
 )
 
 // BuiltinTypeFiles holds the built-in plugins' event types, one file per
@@ -39,16 +40,53 @@ func BuiltinTypes() ([]TypeVersion, error) {
 
 // RegisterBuiltinTypes registers the built-in types at start, so commands
 // work on a fresh data directory. Registering identical content again is a
-// no-op; a stored version that differs is a conflict worth stopping for.
-func RegisterBuiltinTypes(ctx context.Context, r *Registry) error {
+// no-op. A version already registered with other content (by an admin,
+// before an upgrade brought it built in) cannot change, since events were
+// validated against it: it is returned in conflicts for the caller to
+// report, and the server still starts; the plugin refuses what the stored
+// schema refuses.
+func RegisterBuiltinTypes(ctx context.Context, r *Registry) (conflicts []string, err error) {
 	types, err := BuiltinTypes()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, tv := range types {
-		if _, _, err := r.Register(ctx, tv); err != nil {
-			return fmt.Errorf("register built-in type %s@%s: %w", tv.Tipo, tv.Versao, err)
+		if _, _, err := r.Register(ctx, tv); ErrorCode(err) == EConflict {
+			conflicts = append(conflicts, tv.Tipo+"@"+tv.Versao)
+		} else if err != nil {
+			return conflicts, fmt.Errorf("register built-in type %s@%s: %w", tv.Tipo, tv.Versao, err)
 		}
+	}
+	return conflicts, nil
+}
+
+// pluginFamilies are the event families only built-in plugins publish, and
+// the aggregates they own: an ocorrência's state is the fold of its events,
+// so an event there from outside the plugin would bypass its state machines
+// (and could claim or corrupt another integrator's ocorrência); an outcome
+// is the answer to a command, which only the command API gives.
+var pluginFamilies = []string{"ocorrencia:", "integracao:"}
+
+// CheckExternalPublish refuses what producers may not publish through the
+// API: the plugins' types and aggregates, and integrator authorship, which
+// routes events and claims aggregates and so comes only from the command
+// API, where the integrator is authenticated.
+func CheckExternalPublish(req PublishRequest) error {
+	if req.Autoria != nil && req.Autoria.Tipo == "integrador" {
+		return &Error{Code: EForbidden, Message: "autoria de integrador é reservada à API de comandos",
+			Details: []Detail{{Caminho: "/autoria/tipo", Mensagem: "use usuario ou sistema"}}}
+	}
+	var bad []Detail
+	for _, f := range pluginFamilies {
+		if strings.HasPrefix(req.Tipo, f) {
+			bad = append(bad, Detail{"/tipo", fmt.Sprintf("tipos %s* são publicados só pelo plugin embutido (use a API de comandos)", f)})
+		}
+		if strings.HasPrefix(req.Agregado, f) {
+			bad = append(bad, Detail{"/agregado", fmt.Sprintf("agregados %s* pertencem ao plugin embutido", f)})
+		}
+	}
+	if len(bad) > 0 {
+		return &Error{Code: EForbidden, Message: "reservado aos plugins embutidos", Details: bad}
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ func DeriveCommandKey(master []byte) []byte {
 	return k
 }
 
+// maxEchoedBody bounds the command body an outcome carries back.
+const maxEchoedBody = 64 << 10
+
 // Command is one integrator request to act on the domain.
 type Command struct {
 	Integrador  string // the authenticated integrator's id
@@ -131,7 +134,9 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 
 	res, err := exec(ctx)
 	record := commandRecord{Metodo: cmd.Metodo, Rota: cmd.Rota, CorpoHMAC: digest}
-	if json.Valid(cmd.Body) && bytes.HasPrefix(bytes.TrimSpace(cmd.Body), []byte("{")) {
+	// The requester gets its own body back in the outcome, unless that would
+	// push the outcome past the payload limit: the HMAC identifies it anyway.
+	if len(cmd.Body) <= maxEchoedBody && json.Valid(cmd.Body) && bytes.HasPrefix(bytes.TrimSpace(cmd.Body), []byte("{")) {
 		record.Corpo = cmd.Body
 	}
 	out := outcomePayload{Comando: record}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -331,10 +332,10 @@ func (s *Integrators) Authenticate(ctx context.Context, apiKey string) (Integrat
 		return Integrator{}, Errorf(EUnauthorized, "chave de API inválida")
 	}
 	in, err := s.Store.IntegratorByAPIKey(ctx, hashToken(apiKey))
-	if err != nil {
+	if errors.Is(err, ErrNotFound) {
 		return Integrator{}, Errorf(EUnauthorized, "chave de API inválida")
 	}
-	return in, nil
+	return in, err
 }
 
 func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback bool) error {

@@ -535,10 +535,10 @@ func TestDeliveryDeadLetterIsResentWithItsSequenceAndBody(t *testing.T) {
 
 	// Two events on one aggregate, one after the other: sequences 1 and 2,
 	// both dead-lettered at once by the protocol answer 400.
-	e1 := env.delPublish(t, "ocorrencia:42", 1)
+	e1 := env.delPublish(t, "guarnicao:42", 1)
 	env.delWaitStatus(t, e1.EventID, in.ID, app.EntregaFalhou)
 	start := env.Clock.Now()
-	e2 := env.delPublish(t, "ocorrencia:42", 2)
+	e2 := env.delPublish(t, "guarnicao:42", 2)
 	d2 := env.delWaitStatus(t, e2.EventID, in.ID, app.EntregaFalhou)
 	if d2.Sequencia != 2 || d2.Tentativas != 1 || d2.UltimoStatus != http.StatusBadRequest ||
 		!strings.Contains(d2.UltimoErro, "400") || d2.EntregueEm != nil {
@@ -549,7 +549,7 @@ func TestDeliveryDeadLetterIsResentWithItsSequenceAndBody(t *testing.T) {
 		t.Fatalf("%d requests for the second event, want 1: a 400 is not retried", len(first))
 	}
 	delCheckSigned(t, first[0], in.Segredo)
-	if first[0].Header.Get("X-Geohub-Sequencia") != "2" || first[0].Header.Get("X-Geohub-Agregado") != "ocorrencia:42" {
+	if first[0].Header.Get("X-Geohub-Sequencia") != "2" || first[0].Header.Get("X-Geohub-Agregado") != "guarnicao:42" {
 		t.Fatalf("headers %v", first[0].Header)
 	}
 

@@ -18,11 +18,8 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	// Authorship by an integrator routes events and claims aggregates; only
-	// the command API, which authenticates the integrator, may set it.
-	if req.Autoria != nil && req.Autoria.Tipo == "integrador" {
-		s.fail(w, r, &app.Error{Code: app.EForbidden, Message: "autoria de integrador é reservada à API de comandos",
-			Details: []app.Detail{{Caminho: "/autoria/tipo", Mensagem: "use usuario ou sistema"}}})
+	if err := app.CheckExternalPublish(req); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	ev, created, err := s.Publisher.Publish(r.Context(), req)

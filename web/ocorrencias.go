@@ -16,6 +16,9 @@ func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request,
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in, err := s.integrator(r)
 		if err != nil {
+			if app.ErrorCode(err) == app.EUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores"`)
+			}
 			s.fail(w, r, err)
 			return
 		}

@@ -74,6 +74,7 @@ func (s *Service) Register(ctx context.Context, cmd app.Command) (app.Outcome, e
 		if err := decode(cmd.Body, &req); err != nil {
 			return app.Result{}, err
 		}
+		req.Natureza = strings.TrimSpace(req.Natureza)
 		id := newID()
 		payload, err := json.Marshal(struct {
 			ID     string `json:"id"`
@@ -148,6 +149,9 @@ func (s *Service) SetDispatchStatus(ctx context.Context, cmd app.Command, ocorre
 		o, err := s.owned(ctx, cmd, ocorrenciaID)
 		if err != nil {
 			return app.Result{}, err
+		}
+		if d, err := uuid.Parse(despachoID); err == nil && len(despachoID) == 36 {
+			despachoID = d.String()
 		}
 		i, ok := o.despacho(despachoID)
 		if !ok {

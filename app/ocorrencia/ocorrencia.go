@@ -89,13 +89,16 @@ func (o *Ocorrencia) despacho(id string) (int, bool) {
 	return 0, false
 }
 
-// apply folds one event of the aggregate into the projection and reports
-// whether it was one of the plugin's types.
-func (o *Ocorrencia) apply(ev app.Event) bool {
+// apply folds one event of the ocorrência id's aggregate into the
+// projection and reports whether it counted. Only the plugin publishes
+// these types there (app.CheckExternalPublish closes them to producers);
+// the fold still takes only the first registration, of this very id, and
+// each despacho once, so no event can re-point or duplicate what it built.
+func (o *Ocorrencia) apply(id string, ev app.Event) bool {
 	switch ev.Tipo {
 	case TipoRegistrada:
 		var p struct{ ID, Natureza, Status string }
-		if json.Unmarshal(ev.Payload, &p) != nil {
+		if json.Unmarshal(ev.Payload, &p) != nil || o.ID != "" || p.ID != id {
 			return false
 		}
 		o.ID, o.Natureza, o.Status = p.ID, p.Natureza, p.Status
@@ -104,7 +107,10 @@ func (o *Ocorrencia) apply(ev app.Event) bool {
 		}
 	case TipoDespachada:
 		var p struct{ Despacho Despacho }
-		if json.Unmarshal(ev.Payload, &p) != nil {
+		if json.Unmarshal(ev.Payload, &p) != nil || o.ID == "" || p.Despacho.OcorrenciaID != id {
+			return false
+		}
+		if _, dup := o.despacho(p.Despacho.ID); dup {
 			return false
 		}
 		o.Despachos = append(o.Despachos, p.Despacho)
@@ -113,12 +119,14 @@ func (o *Ocorrencia) apply(ev app.Event) bool {
 		if json.Unmarshal(ev.Payload, &p) != nil {
 			return false
 		}
-		if i, ok := o.despacho(p.ID); ok {
-			o.Despachos[i].Status = p.Para
+		i, ok := o.despacho(p.ID)
+		if !ok {
+			return false
 		}
+		o.Despachos[i].Status = p.Para
 	case TipoMudouStatus:
 		var p struct{ Para string }
-		if json.Unmarshal(ev.Payload, &p) != nil {
+		if json.Unmarshal(ev.Payload, &p) != nil || o.ID == "" {
 			return false
 		}
 		o.Status = p.Para
@@ -146,7 +154,8 @@ func (s *Service) load(ctx context.Context, id string) (Ocorrencia, error) {
 	if err != nil || len(id) != 36 {
 		return Ocorrencia{}, app.ErrNotFound
 	}
-	f := app.EventFilter{Agregado: "ocorrencia:" + parsed.String(), Limite: pageSize}
+	id = parsed.String()
+	f := app.EventFilter{Agregado: "ocorrencia:" + id, Limite: pageSize}
 	o := Ocorrencia{Despachos: []Despacho{}}
 	for {
 		evs, _, err := s.Log.Events(ctx, f)
@@ -154,7 +163,7 @@ func (s *Service) load(ctx context.Context, id string) (Ocorrencia, error) {
 			return Ocorrencia{}, err
 		}
 		for _, ev := range evs {
-			o.apply(ev)
+			o.apply(id, ev)
 			f.SequenceInicio = ev.Sequence + 1
 		}
 		if len(evs) < pageSize {
@@ -197,13 +206,18 @@ func conflict(format string, args ...any) error {
 }
 
 // underPayload rewrites schema findings located under /payload to the
-// command body's own paths.
+// command body's own paths. A finding elsewhere (the type deprecated by an
+// admin, say) is not the caller's fault: it is an internal error, not a
+// refusal to record.
 func underPayload(err error) error {
 	e, ok := err.(*app.Error)
-	if !ok {
+	if !ok || e.Code != app.EInvalid {
 		return err
 	}
 	for i, d := range e.Details {
+		if !strings.HasPrefix(d.Caminho, "/payload/") {
+			return &app.Error{Code: app.EInternal, Message: "erro interno", Err: err}
+		}
 		e.Details[i].Caminho = strings.TrimPrefix(d.Caminho, "/payload")
 	}
 	e.Message = "comando inválido"

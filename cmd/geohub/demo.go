@@ -112,10 +112,13 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(raw, &creds); err != nil {
-			return creds, fmt.Errorf("%s: %w", path, err)
+			// A damaged file costs the demo its old integrator, not the start.
+			d.logger.Warn("demo credentials unreadable; creating a new demo integrator", "file", path, "err", err)
+			break
 		}
-		ativo := true
-		_, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback, Ativo: &ativo})
+		// Only the callback moves with each run: an admin who disabled the
+		// demo integrator keeps it disabled.
+		_, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback})
 		if err == nil {
 			return creds, nil
 		}
@@ -139,9 +142,9 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 	return creds, writeFileAtomic(path, raw)
 }
 
-// jornadas publishes shifts starting and ending, as a rostering system
-// would over POST /api/events: at most a few open at once, one change every
-// 10–20 s.
+// jornadas publishes shifts starting and ending, in-process, as a rostering
+// system would over POST /api/events: at most a few open at once, one change
+// every 10–20 s. Shifts left open by a restart stay open in the log.
 func (d *demo) jornadas(ctx context.Context, fx fixtures.Demo) {
 	if len(fx.Servidores) == 0 || len(fx.Unidades) == 0 {
 		return
@@ -218,5 +221,14 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable only once the directory is.
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }

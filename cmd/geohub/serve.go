@@ -177,8 +177,13 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := app.RegisterBuiltinTypes(ctx, registry); err != nil {
+	conflicts, err := app.RegisterBuiltinTypes(ctx, registry)
+	if err != nil {
 		return err
+	}
+	for _, c := range conflicts {
+		logger.Error("a built-in event type is registered with other content and keeps it; its plugin may refuse commands",
+			"tipo", c)
 	}
 	auth := &app.Auth{Store: db, Now: time.Now}
 	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
@@ -323,13 +328,18 @@ func (m *Main) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
 	if cfg.Demo {
+		// The demo stops when Run returns for any reason, not only on a
+		// signal: an HTTP server failure must not leave it waiting.
+		demoCtx, stopDemo := context.WithCancel(ctx)
 		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: integrators, publisher: publisher, logger: logger}
-		waitDemo, err := d.start(ctx)
+		waitDemo, err := d.start(demoCtx)
 		if err != nil {
+			stopDemo()
 			httpSrv.Close()
 			return err
 		}
 		defer waitDemo()
+		defer stopDemo()
 	}
 	close(m.Ready)
 
