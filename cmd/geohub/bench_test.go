@@ -11,7 +11,7 @@ package main
 //	inprocess-1         app.Publisher on a real store, 1 publisher (p50/p99 latency)
 //	inprocess-64        the same with 64 concurrent publishers (group commit)
 //	raw-http-post       64 clients POSTing a publish-sized body to a bare 204 handler
-//	http-publish-64     64 clients POSTing /api/events to the real server (Main)
+//	http-publish-N      N (1, 16, 64) clients POSTing /api/events to the real server (Main)
 //
 // After them a summary gives each ratio against the targets. It only
 // reports: nothing here asserts on timing.
@@ -64,10 +64,10 @@ func benchCPU() time.Duration {
 
 // benchResult is the last (largest b.N) run of one sub-benchmark.
 type benchResult struct {
-	n        int
-	rate     float64 // operations per second
-	p50, p99 float64 // milliseconds; 0 when not measured
-	cpuUS    float64 // process CPU microseconds per operation
+	n             int
+	rate          float64 // operations per second
+	p50, p95, p99 float64 // milliseconds; 0 when not measured
+	cpuUS         float64 // process CPU microseconds per operation
 }
 
 func BenchmarkPublish(b *testing.B) {
@@ -79,7 +79,9 @@ func BenchmarkPublish(b *testing.B) {
 	run("inprocess-1", func(b *testing.B) benchResult { return benchInProcess(b, 1) })
 	run("inprocess-64", func(b *testing.B) benchResult { return benchInProcess(b, benchConcurrency) })
 	run("raw-http-post", benchRawHTTPPost)
-	run("http-publish-64", benchHTTPPublish)
+	run("http-publish-1", func(b *testing.B) benchResult { return benchHTTPPublish(b, 1) })
+	run("http-publish-16", func(b *testing.B) benchResult { return benchHTTPPublish(b, 16) })
+	run("http-publish-64", func(b *testing.B) benchResult { return benchHTTPPublish(b, benchConcurrency) })
 	benchSummary(os.Stdout, results)
 }
 
@@ -87,7 +89,8 @@ func benchSummary(w io.Writer, r map[string]benchResult) {
 	fmt.Fprintf(w, "\nsummary (driver %s, WAL, synchronous=FULL; publish payload %d B, HTTP body %d B; "+
 		"raw insert: %d rows per transaction = the publisher concurrency, the largest batch group commit can form):\n",
 		store.DriverName, len(benchPayload(0)), len(benchBody(0)), benchConcurrency)
-	for _, name := range []string{"raw-batched-insert", "inprocess-1", "inprocess-64", "raw-http-post", "http-publish-64"} {
+	for _, name := range []string{"raw-batched-insert", "inprocess-1", "inprocess-64", "raw-http-post",
+		"http-publish-1", "http-publish-16", "http-publish-64"} {
 		if res, ok := r[name]; ok {
 			fmt.Fprintf(w, "  %-19s %8.0f ops/s  %6.0f cpu-us/op  (N=%d)", name, res.rate, res.cpuUS, res.n)
 			if res.p99 > 0 {
@@ -315,11 +318,12 @@ func benchReport(b *testing.B, unit string, elapsed, cpu time.Duration, lat []ti
 	pct := func(p float64) float64 {
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
 	}
-	r := benchResult{n: len(lat), rate: float64(len(lat)) / elapsed.Seconds(), p50: pct(0.50), p99: pct(0.99),
+	r := benchResult{n: len(lat), rate: float64(len(lat)) / elapsed.Seconds(), p50: pct(0.50), p95: pct(0.95), p99: pct(0.99),
 		cpuUS: benchPerOpUS(cpu, len(lat))}
 	b.ReportMetric(r.rate, unit)
 	b.ReportMetric(r.cpuUS, "cpu-us/op")
 	b.ReportMetric(r.p50, "p50-ms")
+	b.ReportMetric(r.p95, "p95-ms")
 	b.ReportMetric(r.p99, "p99-ms")
 	return r
 }
@@ -413,7 +417,7 @@ func benchRawHTTPPost(b *testing.B) benchResult {
 	return benchReport(b, "req/s", elapsed, cpu, lat)
 }
 
-func benchHTTPPublish(b *testing.B) benchResult {
+func benchHTTPPublish(b *testing.B, clients int) benchResult {
 	dir := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", LogLevel: "error"},
@@ -442,7 +446,7 @@ func benchHTTPPublish(b *testing.B) benchResult {
 	defer client.CloseIdleConnections()
 	u := "http://" + m.Addr + "/api/events"
 
-	elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(_, i int) error {
+	elapsed, cpu, lat := benchRun(b, b.N, clients, func(_, i int) error {
 		return benchPost(client, u, token, benchBody(i), http.StatusCreated)
 	})
 	return benchReport(b, "events/s", elapsed, cpu, lat)
