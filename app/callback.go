@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -48,11 +49,24 @@ func (p CallbackPolicy) refusal(a netip.Addr) string {
 		return "endereço multicast"
 	case a.Is4() && cgnat.Contains(a):
 		return "endereço CGNAT (100.64.0.0/10)"
-	case a.Is4() && (a.As4()[0] == 0 || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})):
+	case a.Is4() && (a.As4()[0] == 0 || a.As4()[0] >= 240 || benchmarking.Contains(a)):
 		return "endereço reservado"
+	case a.Is6() && (nat64.Contains(a) || sixToFour.Contains(a) || ipv4Compatible.Contains(a) || siteLocal.Contains(a)):
+		// These carry or reach an IPv4 address (NAT64, 6to4, IPv4-compatible)
+		// or are deprecated internal space: through them a private IPv4
+		// address could be reached under a public-looking IPv6 one.
+		return "endereço IPv6 de transição ou reservado"
 	}
 	return ""
 }
+
+var (
+	benchmarking   = netip.MustParsePrefix("198.18.0.0/15")
+	nat64          = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour      = netip.MustParsePrefix("2002::/16")
+	ipv4Compatible = netip.MustParsePrefix("::/96")
+	siteLocal      = netip.MustParsePrefix("fec0::/10")
+)
 
 // Check validates a callback URL against the policy and the integrator's host
 // allowlist, resolving its host. Each finding names its reason.
@@ -74,7 +88,23 @@ func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string)
 	if u.Fragment != "" {
 		return bad("a URL não pode conter fragmento (#)")
 	}
-	host := strings.ToLower(u.Hostname())
+	// Before lowering: strings.ToLower maps some non-ASCII letters to ASCII
+	// ("İ" to "i").
+	raw = u.Hostname()
+	for i := 0; i < len(raw); i++ {
+		if raw[i] >= 0x80 {
+			// net/http maps such a name with IDNA before dialing, which can
+			// land on another name than the one checked here: only the
+			// ASCII (punycode) form is accepted, so both are the same.
+			return bad("o host deve estar em ASCII: use a forma punycode (xn--…)")
+		}
+	}
+	host := strings.ToLower(raw)
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("porta inválida")
+		}
+	}
 	if !HostAllowed(host, allowed) {
 		return bad(fmt.Sprintf("o host %s não está em hosts_permitidos", host))
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,34 @@ func TestHostAllowed(t *testing.T) {
 	} {
 		if got := app.HostAllowed(host, allowed); got != want {
 			t.Errorf("HostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// Literal addresses need no resolver, so each refusal is checked as the
+// cadastro would meet it.
+func TestCallbackRefusesHiddenInsideAddressesNonASCIIHostsAndBadPorts(t *testing.T) {
+	p := app.CallbackPolicy{}
+	cases := map[string]string{
+		"https://[64:ff9b::a00:1]/x":        "transição", // NAT64 of 10.0.0.1
+		"https://[2002:7f00:1::1]/x":        "transição", // 6to4 of 127.0.0.1
+		"https://[::a00:1]/x":               "transição", // IPv4-compatible 10.0.0.1
+		"https://[fec0::1]/x":               "transição", // site-local
+		"https://198.18.0.1/x":              "reservado", // benchmarking
+		"https://240.0.0.1/x":               "reservado", // class E
+		"https://\u0130nfo.gov.br/x":        "ASCII",     // dialed as xn--…, checked as "info"
+		"https://cad.exemplo.gov.br:0/":     "porta",
+		"https://cad.exemplo.gov.br:99999/": "porta",
+	}
+	for raw, why := range cases {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Allowlisted, so only the reason under test can refuse it.
+		details := p.Check(t.Context(), raw, []string{u.Hostname(), "info.gov.br"})
+		if len(details) != 1 || !strings.Contains(details[0].Mensagem, why) {
+			t.Errorf("%s: want a refusal mentioning %q, got %+v", raw, why, details)
 		}
 	}
 }
