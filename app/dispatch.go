@@ -78,6 +78,9 @@ type Dispatcher struct {
 	// AutoDisable sets an integrator inactive once it has failed
 	// continuously this long (SPEC 6.4: 120 h); 0 turns it off.
 	AutoDisable time.Duration
+	// OnRecorded, when set, is called after a batch of attempts is
+	// committed (the console's live tail of deliveries); it must not block.
+	OnRecorded func()
 
 	bmu      sync.Mutex
 	breakers map[string]*breaker
@@ -263,6 +266,8 @@ func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFligh
 		// The leases expire and the reaper hands the rows out again:
 		// at-least-once holds, at the cost of a repeat.
 		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
+	} else if d.OnRecorded != nil {
+		d.OnRecorded()
 	}
 	for _, del := range claimed {
 		send(del)

@@ -216,8 +216,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if cfg.NoAutoDisable {
 		dispatcher.AutoDisable = 0
 	}
+	// The console's live tails read the database themselves; these only
+	// wake them, without ever blocking a commit.
+	eventsChanged, attemptsChanged := &app.Notifier{}, &app.Notifier{}
+	dispatcher.OnRecorded = attemptsChanged.Notify
 	db.OnCommit(func(batch []app.Appended) {
 		consumers.Committed(batch)
+		if len(batch) > 0 {
+			eventsChanged.Notify()
+		}
 		for _, a := range batch {
 			if a.Deliveries > 0 {
 				dispatcher.Wake()
@@ -286,12 +293,14 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	audit := &app.Audit{Log: db, Store: db}
 	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
+	cons := &console.Console{
+		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
+		Audit:    audit, Deliveries: deliveries, Integrators: integrators, Registry: registry,
+		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, Logger: logger, Now: time.Now,
+		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db,
+	}
 	srv := &web.Server{
-		Console: (&console.Console{
-			Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
-			Audit:    audit, Deliveries: deliveries, Integrators: integrators, Registry: registry,
-			Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, Logger: logger, Now: time.Now,
-		}).Handler(),
+		Console:     cons.Handler(),
 		Publisher:   publisher,
 		Ocorrencias: ocorrencias,
 		Deliveries:  deliveries,
@@ -321,6 +330,7 @@ func (m *Main) Run(ctx context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	httpSrv.RegisterOnShutdown(cons.CloseTails) // Shutdown does not track hijacked connections
 	if cfg.InsecureCallbacks {
 		logger.Warn(strings.Repeat("!", 20) + " insecure callbacks (--insecure-callbacks, implied by --demo): http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
 	}

@@ -42,10 +42,17 @@ type Console struct {
 	Registry    *app.Registry
 	Consumers   *app.Consumers
 	Stats       *app.Stats
+	// The live tails (tail.go): the notifiers wake them after a commit of
+	// events and of delivery attempts; Attempts reads the attempts.
+	EventsChanged   *app.Notifier
+	AttemptsChanged *app.Notifier
+	Attempts        app.AttemptLog
 	// Insecure says --insecure-callbacks is on: every page says so.
 	Insecure bool
 	Logger   *slog.Logger
 	Now      func() time.Time
+
+	tails tails
 }
 
 // session is the signed-in operator of a request.
@@ -91,6 +98,30 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /conta/senha", c.authed(readers, c.changePassword))
 	mux.Handle("GET /{$}", c.authed(readers, c.overview))
 	mux.Handle("GET /visao-geral", c.authed(readers, c.overviewCharts))
+	mux.Handle("GET /eventos", c.authed(readers, c.events))
+	mux.Handle("GET /eventos/{eventId}", c.authed(readers, c.event))
+	mux.Handle("GET /entregas", c.authed(readers, c.deliveries))
+	mux.Handle("GET /entregas/{id}", c.authed(readers, c.delivery))
+	mux.Handle("POST /entregas/{id}/reenviar", c.authed(operators, c.resend))
+	mux.Handle("POST /entregas/reenviar", c.authed(operators, c.resendAll))
+	mux.Handle("GET /dlq", c.authed(readers, c.dlq))
+	mux.Handle("POST /dlq/reprocessar", c.authed(operators, c.reprocess))
+	mux.Handle("GET /ws/eventos", c.authed(readers, c.eventsTail))
+	mux.Handle("GET /ws/entregas", c.authed(readers, c.attemptsTail))
+	// Integrators, registry and operators: every POST is admin-only.
+	mux.Handle("GET /integradores", c.authed(readers, c.integrators))
+	mux.Handle("GET /integradores/novo", c.authed(admins, c.newIntegratorPage))
+	mux.Handle("POST /integradores", c.authed(admins, c.createIntegrator))
+	mux.Handle("GET /integradores/{id}", c.authed(readers, c.integrator))
+	mux.Handle("POST /integradores/{id}", c.authed(admins, c.updateIntegrator))
+	mux.Handle("POST /integradores/{id}/ativo", c.authed(admins, c.setIntegratorActive))
+	mux.Handle("POST /integradores/{id}/segredo/rotacionar", c.authed(admins, c.rotateSecret))
+	mux.Handle("POST /integradores/{id}/verificar", c.authed(admins, c.verifyIntegrator))
+	mux.Handle("GET /registro", c.authed(readers, c.registry))
+	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.registryType))
+	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(admins, c.setTypeStatus))
+	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
+	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
 	return securityHeaders(mux)
 }
 
@@ -131,7 +162,11 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 				c.fail(w, r, err)
 				return
 			}
-			if isWebsocket(r) || r.Method != http.MethodGet {
+			if isWebsocket(r) {
+				c.refuseTail(w, r) // the page's script sees 4401 and goes to /login
+				return
+			}
+			if r.Method != http.MethodGet {
 				http.Error(w, "sessão expirada", http.StatusUnauthorized)
 				return
 			}

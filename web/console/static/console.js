@@ -7,7 +7,9 @@
 
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-atualizar]").forEach(refresh);
-  document.querySelectorAll("[data-tail]").forEach((el) => new Tail(el));
+  // The page's tail is reachable for the browser tests, which drop its
+  // socket to check the resume.
+  document.querySelectorAll("[data-tail]").forEach((el) => (window.__geohubTail = new Tail(el)));
   document.querySelectorAll("form[data-confirmar]").forEach((f) =>
     f.addEventListener("submit", (e) => {
       if (!confirm(f.dataset.confirmar)) e.preventDefault();
@@ -64,6 +66,7 @@ class Tail {
   connect() {
     this.show("conectando…", "");
     const ws = new WebSocket(this.url());
+    this.ws = ws;
     ws.onopen = () => {
       this.wait = 500;
       this.show("ao vivo", "ao-vivo");
@@ -81,6 +84,11 @@ class Tail {
       setTimeout(() => this.connect(), this.wait);
       this.wait = Math.min(this.wait * 2, 10000);
     };
+  }
+
+  // drop closes the socket as a network failure would: it reconnects.
+  drop() {
+    this.ws?.close();
   }
 
   add(html) {

@@ -1,0 +1,315 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"geohub/app"
+)
+
+var deliveryFields = []string{"status", "integrador", "tipo", "agregado"}
+
+// The words operators use for delivery statuses.
+var deliveryStatuses = []struct{ Value, Label string }{
+	{app.EntregaPendente, "Pendente"},
+	{app.EntregaProcessando, "Em envio"},
+	{app.EntregaEntregue, "Entregue"},
+	{app.EntregaFalhou, "Falhou"},
+}
+
+func statusLabel(s string) string {
+	for _, st := range deliveryStatuses {
+		if st.Value == s {
+			return st.Label
+		}
+	}
+	if l := dlqStatusLabel[s]; l != "" {
+		return l
+	}
+	return s
+}
+
+// deliveryQuery reads the deliveries page's filters; the tail reads the
+// same ones but status, which an attempt does not have.
+func deliveryQuery(r *http.Request) (listQuery, app.DeliveryFilter) {
+	l := parseList(r, deliveryFields...)
+	f := app.DeliveryFilter{Status: l.V("status"), Integrador: l.V("integrador"), Tipo: l.V("tipo"), Agregado: l.V("agregado")}
+	if f.Status != "" && !slices.ContainsFunc(deliveryStatuses, func(s struct{ Value, Label string }) bool { return s.Value == f.Status }) {
+		l.Errors["status"] = "escolha uma situação da lista"
+	}
+	return l, f
+}
+
+type deliveriesView struct {
+	Q           listQuery
+	Rows        []app.Delivery // newest first
+	Pager       pager
+	Integrators []app.Integrator
+	Names       map[string]string
+	// TailURL and De start the attempts' tail: only attempts recorded
+	// after the page was read.
+	TailURL string
+	De      int64
+	// Volta is this page, where a resend comes back to.
+	Volta string
+}
+
+func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	l, f := deliveryQuery(r)
+	v := deliveriesView{Q: l, Volta: r.URL.RequestURI(), TailURL: l.tailURL("/ws/entregas", "integrador", "tipo", "agregado")}
+	var err error
+	if c.Integrators != nil {
+		if v.Integrators, err = c.Integrators.List(ctx); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	v.Names = map[string]string{}
+	for _, in := range v.Integrators {
+		v.Names[in.ID] = in.Nome
+	}
+	if l.invalid() {
+		c.render(w, r, http.StatusUnprocessableEntity, deliveriesPage(c.page(r, "Entregas", "entregas"), v))
+		return
+	}
+	if c.Attempts != nil {
+		if v.De, err = c.Attempts.MaxAttemptID(ctx); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	// After a resend the page comes back with ?de= from before it, so the
+	// attempt it caused shows in the tail even if it finished before this
+	// page was read.
+	if s := r.URL.Query().Get("de"); s != "" {
+		de, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || de < 0 {
+			v.Q.Error = "O parâmetro de (a tentativa a partir da qual a transmissão começa) deve ser um número."
+			c.render(w, r, http.StatusUnprocessableEntity, deliveriesPage(c.page(r, "Entregas", "entregas"), v))
+			return
+		}
+		v.De = min(v.De, max(de, v.De-tailBatch))
+	}
+	count := f
+	count.Limite = 1
+	first, err := c.Deliveries.List(ctx, count)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	v.Pager = v.Q.pages(first.Total, "/entregas")
+	if off, n := newestFirst(first.Total, v.Q.Limite, v.Q.Pagina); n > 0 {
+		f.Limite, f.Deslocamento = n, off
+		page, err := c.Deliveries.List(ctx, f)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		v.Rows = page.Linhas
+		slices.Reverse(v.Rows)
+	}
+	c.render(w, r, http.StatusOK, deliveriesPage(c.page(r, "Entregas", "entregas"), v))
+}
+
+// attemptsTail streams one line per recorded delivery attempt after ?de=
+// (an attempt id), narrowed by integrator, type and aggregate.
+func (c *Console) attemptsTail(w http.ResponseWriter, r *http.Request) {
+	l, f := deliveryQuery(r)
+	if len(l.Errors) > 0 {
+		http.Error(w, "filtro inválido", http.StatusBadRequest)
+		return
+	}
+	if c.Attempts == nil {
+		http.Error(w, "transmissão indisponível", http.StatusServiceUnavailable)
+		return
+	}
+	af := app.AttemptFilter{Integrador: f.Integrador, Tipo: f.Tipo, Agregado: f.Agregado}
+	names := c.integratorNames(r.Context())
+	c.serveTail(w, r, tailSource{
+		changed: c.AttemptsChanged,
+		latest:  c.Attempts.MaxAttemptID,
+		next: func(ctx context.Context, after int64) ([]tailLine, int64, bool, error) {
+			recs, cursor, err := c.Attempts.AttemptsAfter(ctx, after, af, tailBatch)
+			if err != nil {
+				return nil, after, false, err
+			}
+			lines := make([]tailLine, len(recs))
+			for i, rec := range recs {
+				lines[i] = tailLine{seq: rec.ID, row: attemptRow(rec, names)}
+			}
+			return lines, cursor, len(recs) == tailBatch, nil
+		},
+	})
+}
+
+type deliveryView struct {
+	D    app.DeliveryDetail
+	Name string
+}
+
+func parseDeliveryID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, app.Errorf(app.ENotFound, "entrega não encontrada")
+	}
+	return id, nil
+}
+
+func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
+	id, err := parseDeliveryID(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d, err := c.Deliveries.Get(r.Context(), id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d.Corpo = nil // the envelope carries the full, unredacted payload: never on a page
+	v := deliveryView{D: d, Name: integratorName(c.integratorNames(r.Context()), d.Integrador)}
+	c.render(w, r, http.StatusOK, deliveryPage(c.page(r, fmt.Sprintf("Entrega #%d", id), "entregas"), v))
+}
+
+// backTo is where a form goes after it succeeds: the page it was sent
+// from (a console path), without that page's old confirmation.
+func backTo(r *http.Request, fallback string) string {
+	v := r.PostFormValue("volta")
+	if v == "" {
+		return fallback
+	}
+	u, err := url.Parse(safeBack(v))
+	if err != nil {
+		return fallback
+	}
+	q := u.Query()
+	q.Del("ok")
+	q.Del("de")
+	u.RawQuery = q.Encode()
+	return u.RequestURI()
+}
+
+// afterResend is where a resend goes back to. The list's tail restarts
+// from the attempt recorded last before the resend, so the attempt the
+// resend causes shows there however fast it is.
+func (c *Console) afterResend(r *http.Request, before int64) string {
+	back := backTo(r, "/entregas")
+	u, err := url.Parse(back)
+	if err != nil || u.Path != "/entregas" || c.Attempts == nil {
+		return back
+	}
+	q := u.Query()
+	q.Set("de", strconv.FormatInt(before, 10))
+	u.RawQuery = q.Encode()
+	return u.RequestURI()
+}
+
+// lastAttempt is the newest attempt id, read before a resend.
+func (c *Console) lastAttempt(ctx context.Context) (int64, error) {
+	if c.Attempts == nil {
+		return 0, nil
+	}
+	return c.Attempts.MaxAttemptID(ctx)
+}
+
+func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
+	id, err := parseDeliveryID(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	before, err := c.lastAttempt(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if err := c.Deliveries.Resend(r.Context(), id); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	redirect(w, r, c.afterResend(r, before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
+}
+
+func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PostFormValue("integrador")
+	if id == "" {
+		c.fail(w, r, &app.Error{Code: app.EInvalid, Message: "Escolha o integrador cujas entregas com falha devem ser reenviadas."})
+		return
+	}
+	name := integratorName(c.integratorNames(ctx), id)
+	before, err := c.lastAttempt(ctx)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	n, err := c.Deliveries.ResendAll(ctx, id, app.EntregaFalhou)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	msg := fmt.Sprintf("Nenhuma entrega com falha para %s: nada a reenviar.", name)
+	switch {
+	case n == 1:
+		msg = fmt.Sprintf("1 entrega com falha para %s reenviada.", name)
+	case n > 1:
+		msg = fmt.Sprintf("%s entregas com falha para %s reenviadas.", num(int64(n)), name)
+	}
+	redirect(w, r, c.afterResend(r, before), msg)
+}
+
+// lastAnswer says how the last attempt went, in a few words.
+func lastAnswer(d app.Delivery) string {
+	switch {
+	case d.UltimoErro != "":
+		return d.UltimoErro
+	case d.UltimoStatus != 0:
+		return "HTTP " + strconv.Itoa(d.UltimoStatus)
+	case d.Tentativas == 0:
+		return "ainda sem tentativa"
+	}
+	return "—"
+}
+
+// attemptResult is one attempt's outcome, in a few words.
+func attemptResult(a app.Attempt) string {
+	switch {
+	case a.Erro != "":
+		return a.Erro
+	case a.StatusCode != 0:
+		return "HTTP " + strconv.Itoa(a.StatusCode)
+	}
+	return "sem resposta"
+}
+
+// attemptNext says what follows a failed attempt, as the delivery stood
+// when the line was read.
+func attemptNext(r app.RecordedAttempt) string {
+	d := r.Delivery
+	if r.Attempt.Succeeded() || r.Attempt.Tentativa != d.Tentativas {
+		return ""
+	}
+	switch d.Status {
+	case app.EntregaFalhou:
+		return "sem nova tentativa"
+	case app.EntregaPendente:
+		return "nova tentativa às " + d.ProximaTentativa.In(brt).Format("15:04:05")
+	}
+	return ""
+}
+
+func attemptsNote(l listQuery) string {
+	if l.V("status") != "" {
+		return "Cada tentativa de envio aparece aqui assim que termina (o filtro de situação não vale para tentativas)."
+	}
+	return "Cada tentativa de envio aparece aqui assim que termina."
+}
+
+func canAct(p page) bool { return allowed(p.S, operators) }
+
+func durationMS(ms int64) string { return num(ms) + " ms" }

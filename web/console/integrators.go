@@ -1,0 +1,356 @@
+package console
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"geohub/app"
+)
+
+// integratorFields are the create form's fields, in the names the API
+// errors point at (/callback_url, /hosts_permitidos/2...).
+var integratorFields = []string{"nome", "callback_url", "hosts_permitidos", "eventos", "backoff"}
+
+// editFields are the edit form's; the name is fixed at creation.
+var editFields = []string{"callback_url", "hosts_permitidos", "eventos", "backoff", "ativo"}
+
+func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
+	all, err := c.Integrators.List(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, integratorsPage(c.page(r, "Integradores", "integradores"), all))
+}
+
+func (c *Console) newIntegratorPage(w http.ResponseWriter, r *http.Request) {
+	f := form{Values: map[string]string{}, Errors: map[string]string{}}
+	c.render(w, r, http.StatusOK, newIntegratorPage(c.page(r, "Novo integrador", "integradores"), f, pending.issue()))
+}
+
+func (c *Console) createIntegrator(w http.ResponseWriter, r *http.Request) {
+	p := c.page(r, "Novo integrador", "integradores")
+	f := newForm(r, integratorFields...)
+	token := r.PostFormValue("envio")
+	if done, ok := pending.claim(token); !ok {
+		c.render(w, r, http.StatusConflict, alreadySentPage(p, "Este cadastro já foi enviado",
+			"O integrador deste formulário já foi criado; o segredo e a chave de API só aparecem na resposta do primeiro envio e não são mostrados de novo. Se o segredo não foi guardado, abra o integrador e rotacione-o.", done))
+		return
+	}
+	req := app.NewIntegrator{
+		Nome:            strings.TrimSpace(f.V("nome")),
+		CallbackURL:     strings.TrimSpace(f.V("callback_url")),
+		HostsPermitidos: splitList(f.V("hosts_permitidos")),
+		Eventos:         splitList(f.V("eventos")),
+		Backoff:         splitList(f.V("backoff")),
+	}
+	created, err := c.Integrators.Create(r.Context(), req)
+	if err != nil {
+		pending.release(token)
+		if code := app.ErrorCode(err); code != app.EInvalid && code != app.EConflict {
+			c.fail(w, r, err)
+			return
+		}
+		f.take(itemized(err, map[string][]string{"hosts_permitidos": req.HostsPermitidos, "eventos": req.Eventos, "backoff": req.Backoff}))
+		if f.Error == "" {
+			f.Error = "O integrador não foi cadastrado: confira os campos marcados."
+		}
+		c.render(w, r, http.StatusUnprocessableEntity, newIntegratorPage(p, f, pending.issue()))
+		return
+	}
+	pending.done(token, created.ID)
+	// The only response that ever carries the secrets: rendered here, never
+	// behind a GET that a reload, the history or a proxy could replay.
+	c.render(w, r, http.StatusCreated, createdPage(c.page(r, "Integrador criado", "integradores"), created))
+}
+
+func (c *Console) integrator(w http.ResponseWriter, r *http.Request) {
+	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.showIntegrator(w, r, http.StatusOK, in, editFormOf(in), nil)
+}
+
+func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status int, in app.Integrator, f form, v *verification) {
+	p := c.page(r, in.Nome, "integradores")
+	token := ""
+	if isAdmin(p) {
+		token = pending.issue()
+	}
+	c.render(w, r, status, integratorPage(p, in, f, token, v))
+}
+
+// editFormOf fills the edit form with the stored values.
+func editFormOf(in app.Integrator) form {
+	f := form{Values: map[string]string{
+		"callback_url":     in.CallbackURL,
+		"hosts_permitidos": strings.Join(in.HostsPermitidos, "\n"),
+		"eventos":          strings.Join(in.Eventos, "\n"),
+		"backoff":          strings.Join(in.Backoff, ", "),
+	}, Errors: map[string]string{}}
+	if in.Ativo {
+		f.Values["ativo"] = "sim"
+	}
+	return f
+}
+
+func (c *Console) updateIntegrator(w http.ResponseWriter, r *http.Request) {
+	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	f := newForm(r, editFields...)
+	// Only what changed goes into the patch: an unchanged callback is not
+	// resolved again, so a host that stopped resolving cannot keep an
+	// operator from editing the rest (or from disabling it).
+	var patch app.IntegratorPatch
+	if u := strings.TrimSpace(f.V("callback_url")); u != in.CallbackURL {
+		patch.CallbackURL = &u
+	}
+	hosts := splitList(f.V("hosts_permitidos"))
+	if !slices.Equal(hosts, in.HostsPermitidos) {
+		patch.HostsPermitidos = &hosts
+	}
+	eventos := splitList(f.V("eventos"))
+	if len(eventos) == 0 {
+		eventos = []string{"*"}
+	}
+	if !slices.Equal(eventos, in.Eventos) {
+		patch.Eventos = &eventos
+	}
+	backoff := splitList(f.V("backoff"))
+	if !slices.Equal(backoff, in.Backoff) {
+		patch.Backoff = &backoff
+	}
+	if ativo := f.V("ativo") == "sim"; ativo != in.Ativo {
+		patch.Ativo = &ativo
+	}
+	if patch == (app.IntegratorPatch{}) {
+		redirect(w, r, "/integradores/"+in.ID, "Nada mudou: o cadastro já estava assim.")
+		return
+	}
+	if _, err := c.Integrators.Update(r.Context(), in.ID, patch); err != nil {
+		if app.ErrorCode(err) != app.EInvalid {
+			c.fail(w, r, err)
+			return
+		}
+		f.take(itemized(err, map[string][]string{"hosts_permitidos": hosts, "eventos": eventos, "backoff": backoff}))
+		if f.Error == "" {
+			f.Error = "Nada foi salvo: confira os campos marcados."
+		}
+		c.showIntegrator(w, r, http.StatusUnprocessableEntity, in, f, nil)
+		return
+	}
+	redirect(w, r, "/integradores/"+in.ID, "Alterações salvas.")
+}
+
+// setIntegratorActive is the one-click enable/disable of the detail page.
+func (c *Console) setIntegratorActive(w http.ResponseWriter, r *http.Request) {
+	ativo := r.PostFormValue("ativo") == "sim"
+	in, err := c.Integrators.Update(r.Context(), r.PathValue("id"), app.IntegratorPatch{Ativo: &ativo})
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	msg := "Integrador reativado: volta a receber os novos eventos."
+	if !ativo {
+		msg = "Integrador desativado: não recebe novos eventos e seus comandos são recusados até ser reativado."
+	}
+	redirect(w, r, "/integradores/"+in.ID, msg)
+}
+
+func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {
+	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	token := r.PostFormValue("envio")
+	if done, ok := pending.claim(token); !ok {
+		c.render(w, r, http.StatusConflict, alreadySentPage(c.page(r, in.Nome, "integradores"), "Esta rotação já foi feita",
+			"O segredo deste pedido já foi gerado e mostrado uma única vez; ele não aparece de novo. Se não o guardou, rotacione outra vez.", done))
+		return
+	}
+	rot, err := c.Integrators.RotateSecret(r.Context(), in.ID)
+	if err != nil {
+		pending.release(token)
+		c.fail(w, r, err)
+		return
+	}
+	pending.done(token, in.ID)
+	c.render(w, r, http.StatusOK, rotatedPage(c.page(r, in.Nome, "integradores"), in, rot))
+}
+
+// verification is the outcome of a verificar, shown on the integrator's page.
+type verification struct {
+	OK          bool
+	Reactivated bool // it was inactive and the success made it active
+	Attempt     app.Attempt
+}
+
+func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
+	before, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	a, err := c.Deliveries.Verify(r.Context(), c.Integrators, before.ID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	after, err := c.Integrators.Get(r.Context(), before.ID)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
+	v := &verification{OK: ok, Reactivated: ok && !before.Ativo, Attempt: a}
+	c.showIntegrator(w, r, http.StatusOK, after, editFormOf(after), v)
+}
+
+// splitList reads a list typed one per line or separated by commas; nothing
+// typed is nil, which app reads as "not given" (eventos: all of them).
+func splitList(s string) []string {
+	var out []string
+	for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' || r == ',' }) {
+		if v := strings.TrimSpace(line); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// itemized names the offending entry in each finding about a list and joins
+// the findings per field: a list is one text box in the form, so
+// "/hosts_permitidos/2" alone would leave the operator counting lines.
+func itemized(err error, lists map[string][]string) error {
+	var e *app.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	out := *e
+	out.Details = nil
+	at := map[string]int{}
+	for _, d := range e.Details {
+		field, idx, indexed := strings.Cut(strings.TrimPrefix(d.Caminho, "/"), "/")
+		if n, err := strconv.Atoi(idx); indexed && err == nil && n < len(lists[field]) {
+			d.Mensagem = fmt.Sprintf("%q: %s", lists[field][n], d.Mensagem)
+		}
+		if _, isList := lists[field]; isList {
+			d.Caminho = "/" + field
+			if i, seen := at[field]; seen {
+				out.Details[i].Mensagem += "; " + d.Mensagem
+				continue
+			}
+			at[field] = len(out.Details)
+		}
+		out.Details = append(out.Details, d)
+	}
+	return &out
+}
+
+func isAdmin(p page) bool { return p.S != nil && p.S.op.Papel == app.PapelAdmin }
+
+// pending makes the forms whose repetition would do harm single-use: a
+// reload of the answer, a double click or the back button would otherwise
+// create a second integrator, or rotate the secret just shown away. Each
+// such form carries a random token; the first POST with it claims it.
+var pending = &onceForms{used: map[string]onceUse{}}
+
+type onceForms struct {
+	mu   sync.Mutex
+	used map[string]onceUse
+}
+
+type onceUse struct {
+	at time.Time
+	id string // the integrator the submission created or changed
+}
+
+// onceTTL bounds the memory of used tokens; a form older than this that is
+// submitted again simply runs again.
+const onceTTL = 24 * time.Hour
+
+func (o *onceForms) issue() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// claim takes a token for one submission. It fails, with what the first
+// submission produced (possibly still nothing), when the token was used.
+func (o *onceForms) claim(token string) (id string, ok bool) {
+	if token == "" {
+		// A form without a token was not rendered by us; it cannot repeat
+		// one of ours, so it runs (CSRF and the role are checked already).
+		return "", true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now()
+	for k, u := range o.used {
+		if now.Sub(u.at) > onceTTL {
+			delete(o.used, k)
+		}
+	}
+	if u, seen := o.used[token]; seen {
+		return u.id, false
+	}
+	o.used[token] = onceUse{at: now}
+	return "", true
+}
+
+// release frees a token whose submission failed, so it may be sent again.
+func (o *onceForms) release(token string) {
+	o.mu.Lock()
+	delete(o.used, token)
+	o.mu.Unlock()
+}
+
+func (o *onceForms) done(token, id string) {
+	if token == "" {
+		return
+	}
+	o.mu.Lock()
+	o.used[token] = onceUse{at: time.Now(), id: id}
+	o.mu.Unlock()
+}
+
+// backoffText describes an integrator's retry schedule for people.
+func backoffText(steps []string) string {
+	if len(steps) == 0 {
+		return "padrão: 1 min, dobrando até 1 h, 10 tentativas"
+	}
+	return strings.Join(steps, ", ") + " (" + strconv.Itoa(len(steps)+1) + " tentativas)"
+}
+
+// Text says in words what the receiver answered to a verificar.
+func (v verification) Text() string {
+	a := v.Attempt
+	switch {
+	case v.OK && v.Reactivated:
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms. O integrador foi reativado e volta a receber eventos.", a.StatusCode, a.DuracaoMS)
+	case v.OK:
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms: assinatura aceita e callback funcionando.", a.StatusCode, a.DuracaoMS)
+	case a.Erro != "":
+		return fmt.Sprintf("Não foi possível falar com o receptor (após %d ms). Nada foi alterado no integrador.", a.DuracaoMS)
+	default:
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms; só uma resposta 2xx confirma o callback. Nada foi alterado no integrador.", a.StatusCode, a.DuracaoMS)
+	}
+}
+
+func httpStatus(code int) string {
+	return strconv.Itoa(code) + " " + http.StatusText(code)
+}

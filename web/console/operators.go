@@ -1,0 +1,58 @@
+package console
+
+import (
+	"net/http"
+	"strings"
+
+	"geohub/app"
+)
+
+// papeis are the roles an operator may get, in the order of the select.
+var papeis = []app.Papel{app.PapelLeitor, app.PapelOperador, app.PapelAdmin}
+
+// papelHint says what each role may do, beside the select.
+var papelHint = map[app.Papel]string{
+	app.PapelLeitor:   "só consulta",
+	app.PapelOperador: "consulta, reenvia entregas e reprocessa a DLQ",
+	app.PapelAdmin:    "tudo, inclusive integradores, registro e operadores",
+}
+
+func (c *Console) operatorsPage(w http.ResponseWriter, r *http.Request) {
+	f := form{Values: map[string]string{"papel": string(app.PapelLeitor)}, Errors: map[string]string{}}
+	c.showOperators(w, r, http.StatusOK, f)
+}
+
+func (c *Console) showOperators(w http.ResponseWriter, r *http.Request, status int, f form) {
+	ops, err := c.Sessions.Operators(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, status, operatorsPage(c.page(r, "Operadores", "operadores"), ops, f))
+}
+
+func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
+	// Passwords are never part of the form's values: an invalid form comes
+	// back with them empty, not echoed into the page.
+	f := newForm(r, "login", "papel")
+	f.Values["login"] = strings.TrimSpace(f.V("login"))
+	if r.PostFormValue("senha") != r.PostFormValue("confirma") {
+		f.Errors["confirma"] = "as senhas não conferem"
+	}
+	if len(f.Errors) == 0 {
+		o, err := c.Sessions.CreateOperator(r.Context(), f.V("login"), r.PostFormValue("senha"), app.Papel(f.V("papel")))
+		if err == nil {
+			redirect(w, r, "/operadores", "Conta "+o.Login+" criada com o papel "+papelLabel[string(o.Papel)]+". Entregue a senha por um canal seguro; ela pode ser trocada em “Trocar senha”.")
+			return
+		}
+		if code := app.ErrorCode(err); code != app.EInvalid && code != app.EConflict {
+			c.fail(w, r, err)
+			return
+		}
+		f.take(err)
+	}
+	if f.Error == "" {
+		f.Error = "Confira os campos marcados."
+	}
+	c.showOperators(w, r, http.StatusUnprocessableEntity, f)
+}
