@@ -147,3 +147,45 @@ func TestConsoleLogin(t *testing.T) {
 		screenshot(t, ctx, "visao-geral")
 	})
 }
+
+// TestConsoleTour walks every page of a live --demo server, the way an
+// operator first meets the console, and saves each at 1366x768 for review.
+func TestConsoleTour(t *testing.T) {
+	srv := startServer(t, t.TempDir(), "--demo")
+	ctx := browser(t)
+	base := "http://" + srv.addr
+	login(t, ctx, base, "admin", adminPassword)
+	// Let the simulator and the jornada trickle put some life in the log.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		do(t, ctx, "events", chromedp.Navigate(base+"/eventos"), chromedp.WaitVisible(css(`table`)))
+		n := get(t, ctx, "count rows", chromedp.Evaluate[int](`document.querySelectorAll("tr[data-seq], tbody tr:not(.vazio)").length`))
+		if n >= 12 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo logged only %d events in 60 s", n)
+		}
+		do(t, ctx, "wait", chromedp.Sleep(time.Second))
+	}
+	for _, p := range []struct{ path, name, ready string }{
+		{"/", "tour-visao-geral", `.numeros`},
+		{"/eventos", "tour-eventos", `table`},
+		{"/entregas", "tour-entregas", `table`},
+		{"/dlq", "tour-dlq", `main h1`},
+		{"/integradores", "tour-integradores", `table`},
+		{"/registro", "tour-registro", `table`},
+		{"/operadores", "tour-operadores", `table`},
+		{"/conta/senha", "tour-senha", `form`},
+	} {
+		do(t, ctx, "open "+p.path, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(p.ready)))
+		screenshot(t, ctx, p.name)
+	}
+	// One event and one delivery in detail.
+	do(t, ctx, "event detail", chromedp.Navigate(base+"/eventos"), chromedp.WaitVisible(css(`table`)),
+		chromedp.Click(css(`tbody tr a[href^="/eventos/"]`)), chromedp.WaitVisible(css(`pre.json`)))
+	screenshot(t, ctx, "tour-evento")
+	do(t, ctx, "delivery detail", chromedp.Navigate(base+"/entregas"), chromedp.WaitVisible(css(`table`)),
+		chromedp.Click(css(`tbody tr a[href^="/entregas/"]`)), chromedp.WaitVisible(css(`main h1`)))
+	screenshot(t, ctx, "tour-entrega")
+}
