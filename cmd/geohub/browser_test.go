@@ -189,3 +189,22 @@ func TestConsoleTour(t *testing.T) {
 		chromedp.Click(css(`tbody tr a[href^="/entregas/"]`)), chromedp.WaitVisible(css(`main h1`)))
 	screenshot(t, ctx, "tour-entrega")
 }
+
+// waitText waits until the element shows want: after a form post the old
+// page stays on screen until the answer replaces it, so waiting for the
+// element alone could read the old text.
+func waitText(t *testing.T, ctx context.Context, sel, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		// Errors while the page navigates are expected: read again.
+		if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector(`+"`"+sel+"`"+`)?.textContent || "")`)); err == nil {
+			if last = v; strings.Contains(v, want) {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never showed %q (last: %q)", sel, want, last)
+}
