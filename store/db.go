@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -76,7 +77,7 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 	w.SetConnMaxIdleTime(0)
 	if err := migrate(ctx, w); err != nil {
 		w.Close()
-		return nil, err
+		return nil, openError(path, err)
 	}
 	r, err := sql.Open(DriverName, DSN(path, true))
 	if err != nil {
@@ -91,10 +92,36 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 	if err := db.stmts.prepare(ctx, w); err != nil {
 		db.write.Close()
 		db.read.Close()
-		return nil, err
+		return nil, openError(path, err)
 	}
 	go db.writer(opt.MaxBatch)
 	return db, nil
+}
+
+// openError names the database in a failure to open it, which SQLite's own
+// messages ("attempt to write a readonly database", "disk I/O error") do
+// not, and names the cause when it can: SQLite creates geohub.db-wal and
+// geohub.db-shm beside the database, so a writable file in a read-only
+// directory cannot be opened either.
+func openError(path string, err error) error {
+	err = fmt.Errorf("%s: %w", path, err)
+	dir := filepath.Dir(path)
+	// Only on this failure path: an empty file, removed at once.
+	probe, perr := os.CreateTemp(dir, ".geohub-probe-*")
+	if perr != nil {
+		var pe *fs.PathError
+		if errors.As(perr, &pe) {
+			perr = pe.Err
+		}
+		return fmt.Errorf("%w: the data directory %s is not writable (%v); SQLite must create %s-wal and %s-shm in it",
+			err, dir, perr, filepath.Base(path), filepath.Base(path))
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	if code, ok := sqliteCode(err); ok && (code == sqliteFull || code == sqliteIOErr) {
+		return fmt.Errorf("%w: is the disk full or failing?", err)
+	}
+	return err
 }
 
 // OnCommit sets the function the writer calls, in sequence order, with the

@@ -4,6 +4,7 @@ package store
 
 import (
 	"database/sql"
+	"errors"
 	"net/url"
 
 	"github.com/mattn/go-sqlite3" // cgo, for those who build with it
@@ -38,4 +39,14 @@ func DSN(path string, readOnly bool) string {
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
+}
+
+// sqliteCode is the primary SQLite result code of the driver error in err's
+// chain, if there is one.
+func sqliteCode(err error) (int, bool) {
+	var e sqlite3.Error
+	if errors.As(err, &e) {
+		return int(e.Code), true
+	}
+	return 0, false
 }

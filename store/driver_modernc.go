@@ -3,9 +3,10 @@
 package store
 
 import (
+	"errors"
 	"net/url"
 
-	_ "modernc.org/sqlite" // registers "sqlite": pure Go, static binaries
+	"modernc.org/sqlite" // registers "sqlite": pure Go, static binaries
 )
 
 // DriverName names the SQLite driver this binary was built with.
@@ -29,4 +30,14 @@ func DSN(path string, readOnly bool) string {
 		q.Set("_txlock", "immediate")
 	}
 	return "file:" + path + "?" + q.Encode()
+}
+
+// sqliteCode is the primary SQLite result code of the driver error in err's
+// chain, if there is one (modernc reports the extended code).
+func sqliteCode(err error) (int, bool) {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		return e.Code() & 0xff, true
+	}
+	return 0, false
 }

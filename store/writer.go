@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"geohub/app"
@@ -65,16 +66,55 @@ func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 	}
 	select {
 	case err := <-o.done:
-		return err
+		return storageError(err)
 	case <-db.done:
 		// The writer is gone; it may have answered just before leaving.
 		select {
 		case err := <-o.done:
-			return err
+			return storageError(err)
 		default:
 			return errClosed
 		}
 	}
+}
+
+// SQLite's primary result codes for a storage that cannot take a write.
+const (
+	sqliteReadOnly = 8
+	sqliteIOErr    = 10
+	sqliteFull     = 13
+	sqliteCantOpen = 14
+)
+
+// storageError turns a write that failed because of the storage itself (a
+// full disk, an I/O error, files that became read-only) into an app error
+// with code indisponivel (503) and a message saying so: without it the
+// client got "erro interno" (500) and no hint that retrying later is the
+// remedy. The wrapped SQLite error still reaches the server's log. Whether
+// a failed commit reached the disk is not always known (a failed fsync),
+// so the message promises nothing about it: a publish is safely retried
+// with the same event_id.
+func storageError(err error) error {
+	var ae *app.Error
+	if err == nil || errors.As(err, &ae) {
+		return err
+	}
+	code, ok := sqliteCode(err)
+	if !ok {
+		return err
+	}
+	var msg string
+	switch code {
+	case sqliteFull:
+		msg = "sem espaço em disco para gravar no banco de dados; tente de novo mais tarde"
+	case sqliteIOErr:
+		msg = "erro de E/S ao gravar no banco de dados (disco cheio ou com falha); tente de novo mais tarde"
+	case sqliteReadOnly, sqliteCantOpen:
+		msg = "o banco de dados não aceita gravações (somente leitura); tente de novo mais tarde"
+	default:
+		return err
+	}
+	return &app.Error{Code: app.EUnavailable, Message: msg, Err: err}
 }
 
 // writer is the single writer: it takes whatever operations are waiting
