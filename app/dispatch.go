@@ -34,7 +34,7 @@ const (
 	responseSnippet    = 512
 	maxResponseDrain   = 64 << 10
 	defaultInFlight    = 32
-	defaultPerIntegr   = 4
+	defaultPerIntegr   = 16
 	retryAfterCeiling  = time.Hour
 )
 

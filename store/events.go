@@ -13,12 +13,13 @@ import (
 	"geohub/app"
 )
 
-// writeStmts are prepared once on the writer's connection: the publish path
-// runs them thousands of times a second.
+// writeStmts are prepared once on the writer's connection: the publish and
+// delivery paths run them thousands of times a second, and preparing a
+// statement costs more than running it.
 type writeStmts struct {
-	insertEvent *sql.Stmt
-	eventByID   *sql.Stmt
-	claim       *sql.Stmt
+	insertEvent, eventByID, claim                    *sql.Stmt
+	claimOwner, owner, nextSequence, insertOutbox    *sql.Stmt
+	finish, insertAttempt, clearFailing, markFailing *sql.Stmt
 }
 
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
@@ -31,25 +32,41 @@ const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?, worke
 		ORDER BY proxima_tentativa, id LIMIT ?)
 	RETURNING ` + deliveryColumns + `, corpo`
 
-func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
-	var err error
-	if s.insertEvent, err = db.PrepareContext(ctx, `INSERT INTO event_log (event_id, tipo, versao_schema,
+const insertEventSQL = `INSERT INTO event_log (event_id, tipo, versao_schema,
 		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (event_id) DO NOTHING`); err != nil {
-		return fmt.Errorf("prepare insert event: %w", err)
-	}
-	if s.eventByID, err = db.PrepareContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`); err != nil {
-		return fmt.Errorf("prepare event by id: %w", err)
-	}
-	if s.claim, err = db.PrepareContext(ctx, claimSQL); err != nil {
-		return fmt.Errorf("prepare claim: %w", err)
+		ON CONFLICT (event_id) DO NOTHING`
+
+func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
+	for _, p := range []struct {
+		dst  **sql.Stmt
+		name string
+		sql  string
+	}{
+		{&s.insertEvent, "insert event", insertEventSQL},
+		{&s.eventByID, "event by id", `SELECT ` + eventColumns + ` FROM event_log WHERE event_id = ?`},
+		{&s.claim, "claim", claimSQL},
+		{&s.claimOwner, "claim aggregate", claimOwnerSQL},
+		{&s.owner, "aggregate owner", ownerSQL},
+		{&s.nextSequence, "next sequence", nextSequenceSQL},
+		{&s.insertOutbox, "enqueue delivery", insertOutboxSQL},
+		{&s.finish, "finish delivery", finishSQL},
+		{&s.insertAttempt, "record attempt", insertAttemptSQL},
+		{&s.clearFailing, "clear failing period", clearFailingSQL},
+		{&s.markFailing, "mark failing period", markFailingSQL},
+	} {
+		st, err := db.PrepareContext(ctx, p.sql)
+		if err != nil {
+			return fmt.Errorf("prepare %s: %w", p.name, err)
+		}
+		*p.dst = st
 	}
 	return nil
 }
 
 func (s *writeStmts) close() {
-	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim} {
+	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim, s.claimOwner, s.owner, s.nextSequence,
+		s.insertOutbox, s.finish, s.insertAttempt, s.clearFailing, s.markFailing} {
 		if st != nil {
 			st.Close()
 		}

@@ -11,18 +11,37 @@ import (
 	"geohub/app"
 )
 
+// The outbox's writer statements, prepared once (see writeStmts).
+const (
+	claimOwnerSQL = `INSERT INTO aggregate_owner (agregado, integrador_id, criado_em) VALUES (?, ?, ?)
+				ON CONFLICT (agregado) DO NOTHING`
+	ownerSQL        = `SELECT integrador_id FROM aggregate_owner WHERE agregado = ?`
+	nextSequenceSQL = `INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES (?, ?, 1)
+			ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = ultima + 1 RETURNING ultima`
+	insertOutboxSQL = `INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
+			sequencia, corpo, proxima_tentativa, criado_em) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	finishSQL = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
+				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
+				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
+	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
+				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL
+					WHERE id = ? AND falhando_desde IS NOT NULL`
+	markFailingSQL = `UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
+				WHERE id = ? RETURNING falhando_desde`
+)
+
 // enqueue writes ev's outbox rows inside its append transaction, each with
 // the next gapless sequence of its (integrator, aggregate).
 func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error) {
 	var owner string
 	if out.NeedsOwner {
 		if out.Claim != "" {
-			if _, err := tx.Exec(`INSERT INTO aggregate_owner (agregado, integrador_id, criado_em) VALUES (?, ?, ?)
-				ON CONFLICT (agregado) DO NOTHING`, out.Agregado, out.Claim, ms(now)); err != nil {
+			if _, err := tx.stmt(tx.stmts.claimOwner).Exec(out.Agregado, out.Claim, ms(now)); err != nil {
 				return 0, fmt.Errorf("claim aggregate: %w", err)
 			}
 		}
-		err := tx.QueryRow(`SELECT integrador_id FROM aggregate_owner WHERE agregado = ?`, out.Agregado).Scan(&owner)
+		err := tx.stmt(tx.stmts.owner).QueryRow(out.Agregado).Scan(&owner)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, fmt.Errorf("read aggregate owner: %w", err)
 		}
@@ -30,14 +49,11 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 	recipients := out.Recipients(owner)
 	for _, id := range recipients {
 		var seq int64
-		if err := tx.QueryRow(`INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES (?, ?, 1)
-			ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = ultima + 1 RETURNING ultima`,
-			id, out.Agregado).Scan(&seq); err != nil {
+		if err := tx.stmt(tx.stmts.nextSequence).QueryRow(id, out.Agregado).Scan(&seq); err != nil {
 			return 0, fmt.Errorf("next sequence: %w", err)
 		}
-		if _, err := tx.Exec(`INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
-			sequencia, corpo, proxima_tentativa, criado_em) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq, out.Body, ms(now), ms(now)); err != nil {
+		if _, err := tx.stmt(tx.stmts.insertOutbox).Exec(ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq,
+			out.Body, ms(now), ms(now)); err != nil {
 			return 0, fmt.Errorf("enqueue delivery: %w", err)
 		}
 	}
@@ -130,16 +146,13 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			if r.Attempt.StatusCode != 0 {
 				code = r.Attempt.StatusCode
 			}
-			if _, err := tx.Exec(`UPDATE outbox SET status = ?, tentativas = tentativas + 1,
-				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
-				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`,
-				r.Status, ms(r.Proxima), code, r.UltimoErr, entregue, r.ID, r.Worker); err != nil {
+			if _, err := tx.stmt(tx.stmts.finish).Exec(r.Status, ms(r.Proxima), code, r.UltimoErr, entregue,
+				r.ID, r.Worker); err != nil {
 				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
 			}
 			a := r.Attempt
-			if _, err := tx.Exec(`INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
-				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-				r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
+			if _, err := tx.stmt(tx.stmts.insertAttempt).Exec(r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio),
+				a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
 			if !r.Falha {
@@ -148,16 +161,14 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 					continue // once per integrator and batch
 				}
 				cleared[r.Integrador] = true
-				if _, err := tx.Exec(`UPDATE integrator SET falhando_desde = NULL
-					WHERE id = ? AND falhando_desde IS NOT NULL`, r.Integrador); err != nil {
+				if _, err := tx.stmt(tx.stmts.clearFailing).Exec(r.Integrador); err != nil {
 					return err
 				}
 				continue
 			}
 			delete(cleared, r.Integrador)
 			var since int64
-			if err := tx.QueryRow(`UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
-				WHERE id = ? RETURNING falhando_desde`, ms(a.Inicio), r.Integrador).Scan(&since); err != nil {
+			if err := tx.stmt(tx.stmts.markFailing).QueryRow(ms(a.Inicio), r.Integrador).Scan(&since); err != nil {
 				return fmt.Errorf("record failing period: %w", err)
 			}
 			failing[r.Integrador] = fromMS(since)
