@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -84,8 +86,16 @@ var errBadLogin = Errorf(EUnauthorized, "login ou senha incorretos")
 // limit.
 func (s *Sessions) Login(ctx context.Context, login, senha, client string) (string, Operator, error) {
 	now := s.Now()
-	keys := []string{"ip:" + client, "login:" + login}
-	if wait := s.blocked(keys, now); wait > 0 {
+	keys := []string{"ip:" + client}
+	// Only a login that could exist gets its own counter: arbitrary strings
+	// would let anyone grow the table.
+	if loginPattern.MatchString(login) {
+		keys = append(keys, "login:"+login)
+	}
+	// The attempt counts before the slow bcrypt comparison, so concurrent
+	// guesses cannot all slip in before the first failure is recorded; a
+	// success gives the login's slot back.
+	if wait := s.reserve(keys, now); wait > 0 {
 		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: fmt.Sprintf("muitas tentativas de login; tente de novo em %d minutos", int(wait.Minutes())+1)}
 	}
@@ -95,16 +105,12 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	}
 	if err != nil {
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(senha))
-		s.fail(keys, now)
 		return "", Operator{}, errBadLogin
 	}
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
-		s.fail(keys, now)
 		return "", Operator{}, errBadLogin
 	}
-	s.mu.Lock()
-	delete(s.failures, "login:"+login)
-	s.mu.Unlock()
+	s.release(keys, now)
 	secret := sessionPrefix + randomString(32)
 	ttl := s.TTL
 	if ttl <= 0 {
@@ -116,9 +122,18 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	return secret, o, nil
 }
 
-func (s *Sessions) blocked(keys []string, now time.Time) time.Duration {
+// maxLoginKeys bounds the rate limiter's table: past it, the oldest
+// counters are forgotten first.
+const maxLoginKeys = 10_000
+
+// reserve counts an attempt for every key, unless one of them already holds
+// loginMaxFailures attempts within the window: then it says how long to wait.
+func (s *Sessions) reserve(keys []string, now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failures == nil {
+		s.failures = map[string][]time.Time{}
+	}
 	var wait time.Duration
 	for _, k := range keys {
 		recent := s.recent(k, now)
@@ -126,7 +141,62 @@ func (s *Sessions) blocked(keys []string, now time.Time) time.Duration {
 			wait = max(wait, recent[0].Add(loginWindow).Sub(now))
 		}
 	}
-	return wait
+	if wait > 0 {
+		return wait
+	}
+	if len(s.failures) >= maxLoginKeys {
+		s.evict(now)
+	}
+	for _, k := range keys {
+		s.failures[k] = append(s.failures[k], now)
+	}
+	return 0
+}
+
+// release gives back the attempt reserve counted for a login that
+// succeeded: the address keeps its earlier failures, the login's are
+// forgiven.
+func (s *Sessions) release(keys []string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		if strings.HasPrefix(k, "login:") {
+			delete(s.failures, k)
+			continue
+		}
+		ts := s.failures[k]
+		for i := len(ts) - 1; i >= 0; i-- {
+			if ts[i].Equal(at) {
+				s.failures[k] = append(ts[:i:i], ts[i+1:]...)
+				break
+			}
+		}
+		if len(s.failures[k]) == 0 {
+			delete(s.failures, k)
+		}
+	}
+}
+
+// evict drops expired counters and, if that is not enough, the oldest half.
+func (s *Sessions) evict(now time.Time) {
+	for k := range s.failures {
+		s.recent(k, now)
+	}
+	if len(s.failures) < maxLoginKeys {
+		return
+	}
+	type entry struct {
+		k    string
+		last time.Time
+	}
+	all := make([]entry, 0, len(s.failures))
+	for k, ts := range s.failures {
+		all = append(all, entry{k, ts[len(ts)-1]})
+	}
+	slices.SortFunc(all, func(a, b entry) int { return a.last.Compare(b.last) })
+	for _, e := range all[:len(all)/2] {
+		delete(s.failures, e.k)
+	}
 }
 
 // recent drops failures older than the window; s.mu is held.
@@ -143,23 +213,6 @@ func (s *Sessions) recent(key string, now time.Time) []time.Time {
 		s.failures[key] = ts
 	}
 	return ts
-}
-
-func (s *Sessions) fail(keys []string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failures == nil {
-		s.failures = map[string][]time.Time{}
-	}
-	// A flood of distinct addresses must not grow memory without bound.
-	if len(s.failures) > 10_000 {
-		for k := range s.failures {
-			s.recent(k, now)
-		}
-	}
-	for _, k := range keys {
-		s.failures[k] = append(s.recent(k, now), now)
-	}
 }
 
 // Resolve returns the operator of a live session.

@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +130,33 @@ func TestSessions(t *testing.T) {
 			t.Fatalf("a duplicate login: %v", err)
 		}
 	})
+}
+
+// Concurrent guesses count before the slow comparison, so a burst cannot
+// slip past the limit; successful logins do not use up an address's slots.
+func TestLoginLimitHoldsUnderConcurrencyAndForgivesSuccess(t *testing.T) {
+	s, _ := sessionsSetup(t)
+	ctx := t.Context()
+	for range 8 {
+		if _, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.5.5.5"); err != nil {
+			t.Fatalf("a good login from a busy office address: %v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	var unauthorized, limited atomic.Int64
+	for range 30 {
+		wg.Go(func() {
+			_, _, err := s.Login(ctx, "admin", "errada-errada", "10.6.6.6")
+			switch app.ErrorCode(err) {
+			case app.EUnauthorized:
+				unauthorized.Add(1)
+			case app.ERateLimited:
+				limited.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if unauthorized.Load() > 5 || limited.Load() < 25 {
+		t.Fatalf("%d guesses were checked, %d refused; at most 5 may be checked", unauthorized.Load(), limited.Load())
+	}
 }

@@ -72,7 +72,19 @@ func (s *Stats) Run(ctx context.Context) {
 	}
 }
 
-func (s *Stats) sample(ctx context.Context) (backlog, dlq int64, err error) {
+func (s *Stats) sample(ctx context.Context) {
+	backlog, dlq, err := s.gauges(ctx)
+	if err != nil {
+		return // a missed reading is a gap in the chart, nothing more
+	}
+	now := s.Now().UTC()
+	s.mu.Lock()
+	s.backlog = appendSample(s.backlog, Sample{now, backlog})
+	s.dlq = appendSample(s.dlq, Sample{now, dlq})
+	s.mu.Unlock()
+}
+
+func (s *Stats) gauges(ctx context.Context) (backlog, dlq int64, err error) {
 	if backlog, err = s.Store.OutboxBacklog(ctx); err != nil {
 		return 0, 0, err
 	}
@@ -80,13 +92,7 @@ func (s *Stats) sample(ctx context.Context) (backlog, dlq int64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	dlq = int64(st.TotalPendentes)
-	now := s.Now().UTC()
-	s.mu.Lock()
-	s.backlog = appendSample(s.backlog, Sample{now, backlog})
-	s.dlq = appendSample(s.dlq, Sample{now, dlq})
-	s.mu.Unlock()
-	return backlog, dlq, nil
+	return backlog, int64(st.TotalPendentes), nil
 }
 
 func appendSample(ss []Sample, v Sample) []Sample {
@@ -96,12 +102,12 @@ func appendSample(ss []Sample, v Sample) []Sample {
 	return append(ss, v)
 }
 
-// Overview reads the current numbers; the gauges' reading is also kept as
-// a sample.
+// Overview reads the current numbers. Only Run keeps samples: a page view
+// must not crowd the hour of history the charts promise.
 func (s *Stats) Overview(ctx context.Context) (Overview, error) {
 	var o Overview
 	var err error
-	if o.BacklogAgora, o.DLQAgora, err = s.sample(ctx); err != nil {
+	if o.BacklogAgora, o.DLQAgora, err = s.gauges(ctx); err != nil {
 		return o, err
 	}
 	if o.Entregas, err = s.Store.DeliveryCounts(ctx); err != nil {

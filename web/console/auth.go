@@ -14,8 +14,10 @@ import (
 // safeBack keeps a post-login destination inside the console: an absolute
 // or scheme-relative URL would make the login page an open redirect.
 func safeBack(v string) string {
-	if !strings.HasPrefix(v, "/") || strings.HasPrefix(v, "//") || strings.ContainsAny(v, "\\\r\n") ||
-		strings.HasPrefix(v, "/login") {
+	// Browsers drop tabs and newlines from URLs, so "/\t/evil" becomes
+	// "//evil": any control character or backslash sends the operator home.
+	if !strings.HasPrefix(v, "/") || strings.HasPrefix(v, "//") || strings.HasPrefix(v, "/login") ||
+		strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' }) >= 0 {
 		return "/"
 	}
 	return v
@@ -100,5 +102,5 @@ func (c *Console) changePassword(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnprocessableEntity, passwordPage(c.page(r, "Trocar senha", ""), f))
 		return
 	}
-	redirect(w, r, "/", "Senha trocada. Suas outras sessões foram encerradas.")
+	c.redirect(w, r, "/", "Senha trocada. Suas outras sessões foram encerradas.")
 }

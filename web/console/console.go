@@ -7,7 +7,10 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -204,7 +207,7 @@ type page struct {
 }
 
 func (c *Console) page(r *http.Request, title, active string) page {
-	return page{Title: title, Active: active, S: sessionOf(r), Insecure: c.Insecure, Flash: r.URL.Query().Get("ok")}
+	return page{Title: title, Active: active, S: sessionOf(r), Insecure: c.Insecure, Flash: c.flash(r)}
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, comp templ.Component) {
@@ -242,15 +245,33 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // redirect answers a successful form with a page that says what happened.
-func redirect(w http.ResponseWriter, r *http.Request, to, ok string) {
+// The message travels in the URL with its HMAC (okh), so a link crafted
+// elsewhere cannot put a green "system" message on the console.
+func (c *Console) redirect(w http.ResponseWriter, r *http.Request, to, ok string) {
 	if ok != "" {
 		sep := "?"
 		if strings.Contains(to, "?") {
 			sep = "&"
 		}
-		to += sep + "ok=" + url.QueryEscape(ok)
+		to += sep + "ok=" + url.QueryEscape(ok) + "&okh=" + c.flashMAC(ok)
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+func (c *Console) flashMAC(msg string) string {
+	m := hmac.New(sha256.New, c.Sessions.CSRFKey)
+	m.Write([]byte("flash\x00" + msg))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// flash returns the request's confirmation message if the console wrote it.
+func (c *Console) flash(r *http.Request) string {
+	q := r.URL.Query()
+	msg := q.Get("ok")
+	if msg == "" || !hmac.Equal([]byte(q.Get("okh")), []byte(c.flashMAC(msg))) {
+		return ""
+	}
+	return msg
 }
 
 // form carries what was typed and the findings per field, so an invalid

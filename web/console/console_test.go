@@ -100,7 +100,8 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 		}
 	})
 	t.Run("login returns only to console paths", func(t *testing.T) {
-		for back, want := range map[string]string{"/dlq": "/dlq", "//evil.example/x": "/", "https://evil.example": "/", "/\\evil": "/"} {
+		for back, want := range map[string]string{"/dlq": "/dlq", "//evil.example/x": "/", "https://evil.example": "/", "/\\evil": "/",
+			"/\t/evil.example": "/", "/\n/evil.example": "/"} {
 			res, _ := signIn(t, srv, client(t), back)
 			if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != want {
 				t.Errorf("volta=%q went to %q, want %q", back, res.Header.Get("Location"), want)
@@ -140,6 +141,14 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 		res, body := post(t, c, srv.URL+"/conta/senha", url.Values{"csrf": {token}, "atual": {"senha-do-admin-1"}, "nova": {"curta"}, "confirma": {"curta"}})
 		if res.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, `id="erro-nova"`) {
 			t.Fatalf("%d %s", res.StatusCode, body)
+		}
+	})
+	t.Run("only the console's own confirmations are shown", func(t *testing.T) {
+		c := client(t)
+		signIn(t, srv, c, "/")
+		_, body := get(t, c, srv.URL+"/?ok="+url.QueryEscape("Sua senha expirou: ligue para 0800"))
+		if strings.Contains(body, "0800") {
+			t.Fatal("a crafted ?ok= message was shown as a confirmation")
 		}
 	})
 	t.Run("every page carries a strict CSP", func(t *testing.T) {

@@ -189,6 +189,7 @@ func backTo(r *http.Request, fallback string) string {
 	}
 	q := u.Query()
 	q.Del("ok")
+	q.Del("okh")
 	q.Del("de")
 	u.RawQuery = q.Encode()
 	return u.RequestURI()
@@ -232,7 +233,7 @@ func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	redirect(w, r, c.afterResend(r, before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
+	c.redirect(w, r, c.afterResend(r, before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
 }
 
 func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
@@ -260,7 +261,7 @@ func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
 	case n > 1:
 		msg = fmt.Sprintf("%s entregas com falha para %s reenviadas.", num(int64(n)), name)
 	}
-	redirect(w, r, c.afterResend(r, before), msg)
+	c.redirect(w, r, c.afterResend(r, before), msg)
 }
 
 // lastAnswer says how the last attempt went, in a few words.

@@ -89,7 +89,7 @@ func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 		msg = fmt.Sprintf("Colônia %s: %s reprocessadas, %s resolvidas, %s falharam de novo.", colonia,
 			num(int64(res.Reprocessados)), num(int64(res.Resolvidos)), num(int64(res.Falharam)))
 	}
-	redirect(w, r, "/dlq", msg)
+	c.redirect(w, r, "/dlq", msg)
 }
 
 func seconds(n int) string {

@@ -20,7 +20,10 @@ import (
 var integratorFields = []string{"nome", "callback_url", "hosts_permitidos", "eventos", "backoff"}
 
 // editFields are the edit form's; the name is fixed at creation.
-var editFields = []string{"callback_url", "hosts_permitidos", "eventos", "backoff", "ativo"}
+// editFields are the edit form's fields. Enabling and disabling are their
+// own buttons: a checkbox loaded with the page would, on save, undo an
+// auto-disable or another admin's change made in the meantime.
+var editFields = []string{"callback_url", "hosts_permitidos", "eventos", "backoff"}
 
 func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
 	all, err := c.Integrators.List(r.Context())
@@ -98,9 +101,6 @@ func editFormOf(in app.Integrator) form {
 		"eventos":          strings.Join(in.Eventos, "\n"),
 		"backoff":          strings.Join(in.Backoff, ", "),
 	}, Errors: map[string]string{}}
-	if in.Ativo {
-		f.Values["ativo"] = "sim"
-	}
 	return f
 }
 
@@ -133,11 +133,8 @@ func (c *Console) updateIntegrator(w http.ResponseWriter, r *http.Request) {
 	if !slices.Equal(backoff, in.Backoff) {
 		patch.Backoff = &backoff
 	}
-	if ativo := f.V("ativo") == "sim"; ativo != in.Ativo {
-		patch.Ativo = &ativo
-	}
 	if patch == (app.IntegratorPatch{}) {
-		redirect(w, r, "/integradores/"+in.ID, "Nada mudou: o cadastro já estava assim.")
+		c.redirect(w, r, "/integradores/"+in.ID, "Nada mudou: o cadastro já estava assim.")
 		return
 	}
 	if _, err := c.Integrators.Update(r.Context(), in.ID, patch); err != nil {
@@ -152,7 +149,7 @@ func (c *Console) updateIntegrator(w http.ResponseWriter, r *http.Request) {
 		c.showIntegrator(w, r, http.StatusUnprocessableEntity, in, f, nil)
 		return
 	}
-	redirect(w, r, "/integradores/"+in.ID, "Alterações salvas.")
+	c.redirect(w, r, "/integradores/"+in.ID, "Alterações salvas.")
 }
 
 // setIntegratorActive is the one-click enable/disable of the detail page.
@@ -167,7 +164,7 @@ func (c *Console) setIntegratorActive(w http.ResponseWriter, r *http.Request) {
 	if !ativo {
 		msg = "Integrador desativado: não recebe novos eventos e seus comandos são recusados até ser reativado."
 	}
-	redirect(w, r, "/integradores/"+in.ID, msg)
+	c.redirect(w, r, "/integradores/"+in.ID, msg)
 }
 
 func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {

@@ -42,7 +42,7 @@ func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
 	if len(f.Errors) == 0 {
 		o, err := c.Sessions.CreateOperator(r.Context(), f.V("login"), r.PostFormValue("senha"), app.Papel(f.V("papel")))
 		if err == nil {
-			redirect(w, r, "/operadores", "Conta "+o.Login+" criada com o papel "+papelLabel[string(o.Papel)]+". Entregue a senha por um canal seguro; ela pode ser trocada em “Trocar senha”.")
+			c.redirect(w, r, "/operadores", "Conta "+o.Login+" criada com o papel "+papelLabel[string(o.Papel)]+". Entregue a senha por um canal seguro; ela pode ser trocada em “Trocar senha”.")
 			return
 		}
 		if code := app.ErrorCode(err); code != app.EInvalid && code != app.EConflict {

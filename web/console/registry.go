@@ -69,7 +69,7 @@ func (c *Console) setTypeStatus(w http.ResponseWriter, r *http.Request) {
 	if status == app.StatusDeprecado {
 		msg = tipo + "@" + versao + " deprecada: novas publicações nessa versão são recusadas; o que já está no log não muda."
 	}
-	redirect(w, r, typeURL(tipo), msg)
+	c.redirect(w, r, typeURL(tipo), msg)
 }
 
 // prettyJSON indents a schema for reading; content that is not JSON, which

@@ -75,7 +75,11 @@ class Tail {
       const msg = JSON.parse(m.data);
       if (BigInt(msg.seq) <= BigInt(this.last)) return;
       this.last = msg.seq;
-      if (this.paused) this.queue.push(msg.html);
+      if (this.paused) {
+        // Only the newest rows can be shown anyway.
+        this.queue.push(msg.html);
+        if (this.queue.length > this.max) this.queue.shift();
+      }
       else this.add(msg.html);
     };
     ws.onclose = (e) => {
