@@ -79,8 +79,9 @@ class Tail {
         // Only the newest rows can be shown anyway.
         this.queue.push(msg.html);
         if (this.queue.length > this.max) this.queue.shift();
+      } else {
+        this.add(msg.html);
       }
-      else this.add(msg.html);
     };
     ws.onclose = (e) => {
       if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
