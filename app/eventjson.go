@@ -1,6 +1,9 @@
 package app
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -116,4 +119,62 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendJSONValue encodes a decoded JSON document (what the schema decoder
+// and redaction produce: maps, slices, strings, json.Number, bools, nil)
+// compactly with sorted keys, as the log and the envelope keep payloads.
+// It does what json.Marshal does for these types minus its reflection and
+// HTML escaping, on the publish path of every event; any other type goes
+// through json.Marshal.
+func appendJSONValue(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case string:
+		return appendJSONString(b, x), nil
+	case json.Number:
+		if !json.Valid([]byte(x)) {
+			return nil, fmt.Errorf("invalid number literal %q", string(x))
+		}
+		return append(b, x...), nil
+	case bool:
+		return strconv.AppendBool(b, x), nil
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			var err error
+			if b, err = appendJSONValue(b, x[k]); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSONValue(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, raw...), nil
 }

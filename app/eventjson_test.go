@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,4 +45,38 @@ func FuzzEventJSONMatchesEncodingJSON(f *testing.F) {
 			t.Fatalf("got  %s\nwant %s", got, want)
 		}
 	})
+}
+
+// appendJSONValue must write what json.Marshal writes for a decoded
+// document, but for the HTML escaping it leaves out.
+func TestAppendJSONValueMatchesEncodingJSON(t *testing.T) {
+	docs := []string{
+		`{}`, `{"b":1,"a":[true,false,null,"x"],"c":{"z":1.50,"y":-2e10}}`,
+		`{"nome":"Ana \"Bia\"\n\t\u0001","emoji":"😀","sep":"\u2028","html":"<a href='x'>&</a>"}`,
+		`{"n":[[],[{}],{"k":[1,2,{"x":"y"}]}],"big":123456789012345678901234567890}`,
+	}
+	for _, d := range docs {
+		dec := json.NewDecoder(strings.NewReader(d))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendJSONValue(nil, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Errorf("%s:\n got %s\nwant %s", d, got, want.String())
+		}
+	}
+	if _, err := appendJSONValue(nil, map[string]any{"n": json.Number("1e")}); err == nil {
+		t.Fatal("an invalid number literal was written")
+	}
 }

@@ -116,7 +116,7 @@ type OutboxStore interface {
 // sortedPayload re-encodes a decoded payload with its keys sorted, as the
 // envelope requires.
 func sortedPayload(doc map[string]any) (json.RawMessage, error) {
-	return json.Marshal(doc)
+	return appendJSONValue(nil, doc)
 }
 
 // outboxFor routes ev by its type's audience (SPEC 6.2), narrowed by each

@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -182,7 +181,7 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	}
 
 	// 6. A redacted copy is what the log keeps.
-	redacted, err := json.Marshal(tv.rules.Apply(p.RedactionKey, obj))
+	redacted, err := appendJSONValue(nil, tv.rules.Apply(p.RedactionKey, obj))
 	if err != nil {
 		return Pending{}, fmt.Errorf("encode redacted payload: %w", err)
 	}
