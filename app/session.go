@@ -248,6 +248,15 @@ func (s *Sessions) CheckCSRF(secret, token string) bool {
 // ChangePassword sets a new password after checking the current one, and
 // ends the operator's other sessions.
 func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual, nova string) error {
+	// The current password is the same secret a login guesses: a wrong one
+	// counts against the same limit, so a session left open is no way
+	// around it.
+	now := s.Now()
+	keys := []string{"login:" + o.Login}
+	if wait := s.reserve(keys, now); wait > 0 {
+		return &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: fmt.Sprintf("muitas tentativas com a senha atual errada; tente de novo em %d minutos", int(wait.Minutes())+1)}
+	}
 	_, hash, err := s.Store.OperatorByLogin(ctx, o.Login)
 	if err != nil {
 		return err
@@ -256,6 +265,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 		return &Error{Code: EInvalid, Message: "senha atual incorreta",
 			Details: []Detail{{"/atual", "senha atual incorreta"}}}
 	}
+	s.release(keys, now)
 	if err := checkPassword("/nova", nova); err != nil {
 		return err
 	}

@@ -160,3 +160,22 @@ func TestLoginLimitHoldsUnderConcurrencyAndForgivesSuccess(t *testing.T) {
 		t.Fatalf("%d guesses were checked, %d refused; at most 5 may be checked", unauthorized.Load(), limited.Load())
 	}
 }
+
+// Guessing the current password from an open session counts against the
+// account's login limit.
+func TestPasswordChangeGuessesAreLimited(t *testing.T) {
+	s, _ := sessionsSetup(t)
+	ctx := t.Context()
+	secret, op, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.7.7.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := s.ChangePassword(ctx, op, secret, "errada-errada", "nova-senha-boa-1"); app.ErrorCode(err) != app.EInvalid {
+			t.Fatalf("a wrong current password: %v", err)
+		}
+	}
+	if err := s.ChangePassword(ctx, op, secret, "senha-do-admin-1", "nova-senha-boa-1"); app.ErrorCode(err) != app.ERateLimited {
+		t.Fatalf("the 6th try: %v", err)
+	}
+}

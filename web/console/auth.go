@@ -65,6 +65,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.showLogin(w, r, status, f)
 		return
 	}
+	// A new login replaces the session this browser held, if any.
+	if old, err := r.Cookie(sessionCookie); err == nil && old.Value != "" {
+		if err := c.Sessions.Logout(r.Context(), old.Value); err != nil {
+			c.Logger.Warn("end the previous session", "err", err)
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.SetCookie(w, &http.Cookie{Name: loginCSRF, Path: "/login", MaxAge: -1})

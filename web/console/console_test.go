@@ -143,6 +143,23 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
 	})
+	t.Run("logging in again ends the browser's previous session", func(t *testing.T) {
+		c := client(t)
+		signIn(t, srv, c, "/")
+		u, _ := url.Parse(srv.URL)
+		var old *http.Cookie
+		for _, ck := range c.Jar.Cookies(u) {
+			if ck.Name == "geohub_sessao" {
+				old = ck
+			}
+		}
+		signIn(t, srv, c, "/")
+		stale := client(t)
+		stale.Jar.SetCookies(u, []*http.Cookie{old})
+		if res, _ := get(t, stale, srv.URL+"/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("the replaced session still opens pages: %d", res.StatusCode)
+		}
+	})
 	t.Run("only the console's own confirmations are shown", func(t *testing.T) {
 		c := client(t)
 		signIn(t, srv, c, "/")
