@@ -129,9 +129,12 @@ func TestConsoleLogin(t *testing.T) {
 		do(t, ctx, "sign out", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`nav.menu`)), chromedp.Click(css(`.conta button`)),
 			chromedp.WaitVisible(css(`input[name=login]`)))
 		for _, user := range []string{"admin", "ninguem"} {
-			do(t, ctx, "wrong password for "+user, chromedp.Clear(css(`input[name=login]`)), chromedp.SendKeys(css(`input[name=login]`), user),
-				chromedp.SendKeys(css(`input[name=senha]`), "errada-errada"), chromedp.Click(css(`button[type=submit]`)),
-				chromedp.WaitVisible(css(`.erro-form`)))
+			// A fresh form each time: the previous answer's message must not
+			// pass for this one's while the page navigates.
+			do(t, ctx, "wrong password for "+user, chromedp.Navigate(base+"/login"), chromedp.WaitVisible(css(`input[name=login]`)),
+				chromedp.SendKeys(css(`input[name=login]`), user),
+				chromedp.SendKeys(css(`input[name=senha]`), "errada-errada"), chromedp.Click(css(`button[type=submit]`)))
+			waitText(t, ctx, `.erro-form`, "login ou senha incorretos")
 			if msg := text(t, ctx, `.erro-form`); msg != "login ou senha incorretos" {
 				t.Fatalf("%s: message %q", user, msg)
 			}
