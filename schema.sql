@@ -197,3 +197,14 @@ CREATE TABLE operator_session (
 ) WITHOUT ROWID;
 CREATE INDEX operator_session_expira_idx ON operator_session (expira_em);
 CREATE INDEX operator_session_operador_idx ON operator_session (operador_id);
+
+-- migration: 5
+
+-- Fewer index writes per delivery: a claim and its outcome used to touch
+-- eight index entries besides the row. Only pendente rows are claimed, so
+-- the claim index holds only them: a claim removes the row from it and a
+-- success never writes it. Expired leases are found through outbox_status_idx
+-- (few rows are processando at any time), so the lease index goes.
+DROP INDEX outbox_claim_idx;
+DROP INDEX outbox_lease_idx;
+CREATE INDEX outbox_due_idx ON outbox (integrador_id, proxima_tentativa) WHERE status = 'pendente';

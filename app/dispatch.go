@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ type Dispatcher struct {
 	bmu      sync.Mutex
 	breakers map[string]*breaker
 	running  atomic.Bool
-	turn     int // rotates who gets the first free slot
+	turn     int // rotates who gets the first claim
 
 	once   sync.Once
 	wake   chan struct{}
@@ -148,17 +149,45 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
+// prefetch is how many deliveries, per integrator and in all, a claim may
+// hold beyond those on the wire, as a multiple of the in-flight limits: a
+// freed slot is refilled at once from what is held, while the outcomes that
+// freed it are recorded and new rows claimed in the background.
+const prefetch = 2
+
+// dispatch is the state of one Run: what is on the wire, what is claimed
+// and waiting for a slot, and the outcomes not yet recorded.
+type dispatch struct {
+	inFlight map[string]int
+	total    int
+	queued   map[string][]Delivery
+	nQueued  int
+	outcomes []DeliveryResult // to record: attempts, and deferrals without one
+	// recording is true while a FinishDeliveries (or a claim) runs in the
+	// background; one at a time, so outcomes batch up behind it.
+	recording bool
+	wantClaim bool
+}
+
+// round is what a background FinishDeliveries hands back to Run.
+type round struct {
+	batch   []DeliveryResult
+	asked   int
+	claimed []Delivery
+	failing map[string]time.Time
+	err     error
+}
+
 // Run delivers until ctx ends, then waits for in-flight requests (bounded by
 // the 5 s timeout), records their outcomes and releases its leases.
+//
+// The loop never waits for the database: outcomes are recorded, and new rows
+// claimed, by one background transaction at a time, and meanwhile a freed
+// slot takes a row already claimed. So the wire stays busy during commits.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.init()
 	d.running.Store(true)
 	defer d.running.Store(false)
-	results := make(chan DeliveryResult, d.MaxInFlight)
-	inFlight := map[string]int{}
-	total := 0
-	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
-	var lastReap time.Time
 	if d.ReapOnStart {
 		if n, err := d.Store.ReapDeliveries(ctx, d.Now().Add(d.Lease+time.Hour), MaxQuedas); err != nil {
 			return fmt.Errorf("recover deliveries leased before the restart: %w", err)
@@ -166,113 +195,162 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
 		}
 	}
-	send := func(del Delivery) {
-		inFlight[del.Integrador]++
-		total++
-		go func() { results <- d.deliver(sendCtx, del) }()
-	}
+	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]Delivery{}, wantClaim: true}
+	results := make(chan DeliveryResult, d.MaxInFlight)
+	done := make(chan round, 1)
+	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
+	dbCtx := context.WithoutCancel(ctx)   // outcomes are recorded on shutdown too
+	stopping := ctx.Done()
+	var lastReap time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// Claims happen when woken (a commit, the timer) and, in the same
-	// transaction as their outcomes, when deliveries finish.
-	claimNow := true
 	for {
-		if ctx.Err() == nil {
+		live := ctx.Err() == nil
+		if live {
 			if now := d.Now(); now.Sub(lastReap) >= d.Sweep {
 				lastReap = now
 				d.housekeep(ctx, now)
 			}
-			for claimNow && total < d.MaxInFlight {
-				quotas, _, _ := d.quotas(inFlight, d.MaxInFlight-total)
-				if len(quotas) == 0 {
-					break
-				}
-				claimed, err := d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, quotas)
-				if err != nil {
-					if ctx.Err() == nil {
-						d.Logger.Error("claim deliveries", "err", err)
-					}
-					break
-				}
-				for _, del := range claimed {
-					send(del)
-				}
-				if len(claimed) == 0 {
-					break
-				}
-			}
-			timer.Reset(d.untilNext(ctx, inFlight))
-		} else if total == 0 {
-			if err := d.Store.ReleaseDeliveries(context.WithoutCancel(ctx), d.Worker); err != nil {
-				d.Logger.Error("release leases", "err", err)
-			}
-			return nil
+			d.pump(st, results, sendCtx)
 		}
-		claimNow = false
+		if !st.recording {
+			var quotas []Quota
+			if live && (st.wantClaim || len(st.outcomes) > 0) {
+				quotas = d.quotas(st)
+			}
+			st.wantClaim = false
+			if len(st.outcomes) > 0 || len(quotas) > 0 {
+				d.record(dbCtx, st, quotas, done)
+			} else if !live && st.total == 0 {
+				if err := d.Store.ReleaseDeliveries(dbCtx, d.Worker); err != nil {
+					d.Logger.Error("release leases", "err", err)
+				}
+				return nil
+			}
+		}
 		select {
 		case <-d.wake:
-			claimNow = true
+			st.wantClaim = true
 		case <-timer.C:
-			claimNow = true
-		case <-ctx.Done():
-			if total == 0 {
-				continue
+			st.wantClaim = true
+			timer.Reset(d.Sweep)
+		case <-stopping:
+			stopping = nil
+		case r := <-results:
+			d.landed(st, r)
+			for more := true; more; {
+				select {
+				case r := <-results:
+					d.landed(st, r)
+				default:
+					more = false
+				}
 			}
-			r := <-results
-			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total, false, send)
-		case r := <-results:
-			d.finish(context.WithoutCancel(ctx), d.drain(r, results), inFlight, &total, ctx.Err() == nil, send)
+		case rec := <-done:
+			st.recording = false
+			d.settle(ctx, st, rec, timer)
 		}
 	}
 }
 
-// drain gathers every outcome already waiting, so one transaction records them.
-func (d *Dispatcher) drain(first DeliveryResult, results chan DeliveryResult) []DeliveryResult {
-	batch := []DeliveryResult{first}
-	for {
-		select {
-		case r := <-results:
-			batch = append(batch, r)
-		default:
-			return batch
+// landed takes one attempt's outcome: its slot is free at once, the breaker
+// learns of it now, and the database when the next background round runs.
+func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
+	if st.inFlight[r.Integrador]--; st.inFlight[r.Integrador] <= 0 {
+		delete(st.inFlight, r.Integrador)
+	}
+	st.total--
+	d.trip(r.Integrador, r.Falha, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
+	d.Metrics.delivered(r)
+	st.outcomes = append(st.outcomes, r)
+}
+
+// pump sends held rows into free slots, integrators in turn. The rows of an
+// integrator whose circuit opened, or that was disabled, since they were
+// claimed go back to pendente without an attempt.
+func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx context.Context) {
+	if st.nQueued == 0 {
+		return
+	}
+	now := d.Now()
+	active := d.Integrators.activeIDs()
+	for id, held := range st.queued {
+		limit, reopen := d.limit(id, now)
+		if !slices.Contains(active, id) {
+			limit, reopen = 0, now
+		}
+		if limit == 0 {
+			for _, del := range held {
+				st.outcomes = append(st.outcomes, DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: id,
+					Status: EntregaPendente, Proxima: reopen, Deferred: true})
+			}
+			st.nQueued -= len(held)
+			delete(st.queued, id)
+			continue
+		}
+		n := 0
+		for n < len(held) && st.inFlight[id] < limit && st.total < d.MaxInFlight {
+			del := held[n]
+			st.inFlight[id]++
+			st.total++
+			n++
+			go func() { results <- d.deliver(ctx, del) }()
+		}
+		st.nQueued -= n
+		if n == len(held) {
+			delete(st.queued, id)
+		} else {
+			st.queued[id] = held[n:]
 		}
 	}
 }
 
-// finish records a batch of outcomes and, in the same transaction, claims
-// what the freed slots can take (unless shutting down), which it sends.
-func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFlight map[string]int, total *int,
-	claim bool, send func(Delivery)) {
-	var now time.Time // the latest attempt's end: when the failures happened
-	for _, r := range batch {
-		in := r.Integrador
-		if inFlight[in]--; inFlight[in] <= 0 {
-			delete(inFlight, in)
-		}
-		*total--
-		at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond)
-		if at.After(now) {
-			now = at
-		}
-		d.trip(in, r.Falha, at)
-		d.Metrics.delivered(r)
+// record starts the background round: the outcomes so far, and a claim by
+// quotas, in one transaction.
+func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, done chan<- round) {
+	batch := st.outcomes
+	st.outcomes = nil
+	st.recording = true
+	asked := 0
+	for _, q := range quotas {
+		asked += q.N
 	}
-	var quotas []Quota
-	if claim {
-		quotas, _, _ = d.quotas(inFlight, d.MaxInFlight-*total)
-	}
-	failing, claimed, err := d.Store.FinishDeliveries(ctx, batch, d.Worker, d.Now(), d.Lease, quotas)
-	if err != nil {
+	go func() {
+		rec := round{batch: batch, asked: asked}
+		if len(batch) == 0 {
+			rec.claimed, rec.err = d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, quotas)
+		} else {
+			rec.failing, rec.claimed, rec.err = d.Store.FinishDeliveries(ctx, batch, d.Worker, d.Now(), d.Lease, quotas)
+		}
+		done <- rec
+	}()
+}
+
+// settle takes a background round's result: the claimed rows join the
+// queue, and an integrator failing long enough is disabled.
+func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer *time.Timer) {
+	if rec.err != nil {
 		// The leases expire and the reaper hands the rows out again:
 		// at-least-once holds, at the cost of a repeat.
-		d.Logger.Error("record delivery outcomes", "err", err, "n", len(batch))
-	} else if d.OnRecorded != nil {
+		d.Logger.Error("record delivery outcomes", "err", rec.err, "n", len(rec.batch))
+	} else if len(rec.batch) > 0 && d.OnRecorded != nil {
 		d.OnRecorded()
 	}
-	for _, del := range claimed {
-		send(del)
+	for _, del := range rec.claimed {
+		st.queued[del.Integrador] = append(st.queued[del.Integrador], del)
+		st.nQueued++
 	}
-	for id, since := range failing {
+	if rec.asked > 0 && len(rec.claimed) < rec.asked && ctx.Err() == nil {
+		// Nothing more is due now: sleep until the next retry comes due.
+		timer.Reset(d.untilNext(ctx, st))
+	}
+	var now time.Time // the latest attempt's end: when the failures happened
+	for _, r := range rec.batch {
+		if at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond); !r.Deferred && at.After(now) {
+			now = at
+		}
+	}
+	for id, since := range rec.failing {
 		// Checked at a failure, so the last failure is now: both the 120 h
 		// of failing and the 12 h spread between first and last hold.
 		if d.AutoDisable <= 0 || now.Sub(since) < d.AutoDisable || now.Sub(since) < autoDisableSpread {
@@ -280,7 +358,7 @@ func (d *Dispatcher) finish(ctx context.Context, batch []DeliveryResult, inFligh
 		}
 		reason := fmt.Sprintf("desativado automaticamente: falhando sem interrupção desde %s",
 			since.Format(time.RFC3339))
-		if err := d.Integrators.Disable(ctx, id, reason); err != nil {
+		if err := d.Integrators.Disable(context.WithoutCancel(ctx), id, reason); err != nil {
 			d.Logger.Error("auto-disable integrator", "integrador", id, "err", err)
 			continue
 		}
@@ -324,16 +402,36 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 	}
 }
 
+// limit is how many requests an integrator may have on the wire now: none
+// while its circuit is open (reopen says until when), one probe once the
+// cooldown ends, else PerIntegrator.
+func (d *Dispatcher) limit(id string, now time.Time) (n int, reopen time.Time) {
+	d.bmu.Lock()
+	defer d.bmu.Unlock()
+	if b := d.breakers[id]; b != nil && b.failures >= breakerThreshold {
+		if now.Before(b.openUntil) {
+			return 0, b.openUntil
+		}
+		return 1, time.Time{}
+	}
+	return d.PerIntegrator, time.Time{}
+}
+
 // untilNext is how long to sleep: until the next retry of an integrator
 // that may be claimed is due, or an open circuit lets its probe go, at most
 // a sweep. Rows of integrators at their limit wait for an outcome, which
 // wakes the loop anyway.
-func (d *Dispatcher) untilNext(ctx context.Context, inFlight map[string]int) time.Duration {
-	_, claimable, reopen := d.quotas(inFlight, d.MaxInFlight)
+func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch) time.Duration {
 	now := d.Now()
 	wait := d.Sweep
-	if !reopen.IsZero() {
-		wait = min(wait, max(reopen.Sub(now), 10*time.Millisecond))
+	var claimable []string
+	for _, id := range d.Integrators.activeIDs() {
+		limit, reopen := d.limit(id, now)
+		if limit == 0 {
+			wait = min(wait, max(reopen.Sub(now), 10*time.Millisecond))
+		} else if st.inFlight[id]+len(st.queued[id]) < prefetch*limit {
+			claimable = append(claimable, id)
+		}
 	}
 	if next, ok, err := d.Store.NextDue(ctx, claimable); err == nil && ok {
 		wait = min(wait, max(next.Sub(now), 10*time.Millisecond))
@@ -341,32 +439,24 @@ func (d *Dispatcher) untilNext(ctx context.Context, inFlight map[string]int) tim
 	return wait
 }
 
-// quotas shares free in-flight slots among the active integrators that may
-// be claimed now, one slot each in turn (starting with a different one each
+// quotas shares the room for claims (prefetch times the in-flight limits,
+// less what is on the wire or held) among the active integrators that may
+// be claimed now, one row each in turn (starting with a different one each
 // time), so one backlog never takes them all. An open circuit takes none
-// until its cooldown ends (reopen is the earliest end), then one: its probe.
-func (d *Dispatcher) quotas(inFlight map[string]int, free int) (quotas []Quota, claimable []string, reopen time.Time) {
+// until its cooldown ends, then one: its probe.
+func (d *Dispatcher) quotas(st *dispatch) []Quota {
 	now := d.Now()
 	ids := d.Integrators.activeIDs()
-	if len(ids) == 0 {
-		return nil, nil, reopen
+	free := prefetch*d.MaxInFlight - st.total - st.nQueued
+	if len(ids) == 0 || free <= 0 {
+		return nil
 	}
 	room := make([]int, len(ids))
-	d.bmu.Lock()
-	defer d.bmu.Unlock()
 	for i, id := range ids {
-		limit := d.PerIntegrator
-		if b := d.breakers[id]; b != nil && b.failures >= breakerThreshold {
-			if now.Before(b.openUntil) {
-				if reopen.IsZero() || b.openUntil.Before(reopen) {
-					reopen = b.openUntil
-				}
-				continue
-			}
-			limit = 1
-		}
-		if room[i] = limit - inFlight[id]; room[i] > 0 {
-			claimable = append(claimable, id)
+		limit, _ := d.limit(id, now)
+		room[i] = prefetch*limit - st.inFlight[id] - len(st.queued[id])
+		if limit == 1 {
+			room[i] = 1 - st.inFlight[id] - len(st.queued[id]) // a probe is one request, not a batch
 		}
 	}
 	d.turn++
@@ -385,13 +475,14 @@ func (d *Dispatcher) quotas(inFlight map[string]int, free int) (quotas []Quota, 
 			break
 		}
 	}
+	var quotas []Quota
 	for k := range ids {
 		i := (k + d.turn) % len(ids)
 		if given[i] > 0 {
 			quotas = append(quotas, Quota{Integrador: ids[i], N: given[i]})
 		}
 	}
-	return quotas, claimable, reopen
+	return quotas
 }
 
 func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {

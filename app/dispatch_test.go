@@ -407,6 +407,15 @@ func TestTheBreakerDefersAFailingIntegratorUntilAProbeSucceeds(t *testing.T) {
 		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaEntregue})
 		return page.Total >= 10-attempts
 	})
+	// Rows claimed ahead of a free slot when the circuit opened went back to
+	// pendente without an attempt: none sat leased until the reaper took it
+	// for a crash.
+	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+	for _, d := range page.Linhas {
+		if d.Quedas != 0 {
+			t.Fatalf("delivery %d was reaped as if its worker had died: %+v", d.ID, d)
+		}
+	}
 }
 
 func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {

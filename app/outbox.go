@@ -74,6 +74,10 @@ type DeliveryResult struct {
 	// starts or extends the integrator's failing period, and a success ends it.
 	Falha      bool
 	Integrador string
+	// Deferred: the row was claimed but never sent (its integrator's
+	// circuit opened, or it was disabled, meanwhile); it goes back to
+	// pendente at Proxima with no attempt recorded.
+	Deferred bool
 }
 
 // Quota is how many rows a claim may take for one integrator.

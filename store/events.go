@@ -20,16 +20,19 @@ type writeStmts struct {
 	insertEvent, eventByID, claim                    *sql.Stmt
 	claimOwner, owner, nextSequence, insertOutbox    *sql.Stmt
 	finish, insertAttempt, clearFailing, markFailing *sql.Stmt
+	deferRow                                         *sql.Stmt
 }
 
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
 	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
 // claimSQL leases one integrator's oldest due rows: a range seek on
-// outbox_claim_idx, whatever the backlog.
+// outbox_due_idx, whatever the backlog. The limit is a subquery because
+// SQLite plans with a bare LIMIT parameter's value: each new value would
+// re-prepare the statement, a fifth of a claim's cost.
 const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
 	WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
-		ORDER BY proxima_tentativa, id LIMIT ?)
+		ORDER BY proxima_tentativa, id LIMIT (SELECT ?))
 	RETURNING ` + deliveryColumns + `, corpo`
 
 const insertEventSQL = `INSERT INTO event_log (event_id, tipo, versao_schema,
@@ -51,6 +54,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.nextSequence, "next sequence", nextSequenceSQL},
 		{&s.insertOutbox, "enqueue delivery", insertOutboxSQL},
 		{&s.finish, "finish delivery", finishSQL},
+		{&s.deferRow, "defer delivery", deferSQL},
 		{&s.insertAttempt, "record attempt", insertAttemptSQL},
 		{&s.clearFailing, "clear failing period", clearFailingSQL},
 		{&s.markFailing, "mark failing period", markFailingSQL},
@@ -66,7 +70,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim, s.claimOwner, s.owner, s.nextSequence,
-		s.insertOutbox, s.finish, s.insertAttempt, s.clearFailing, s.markFailing} {
+		s.insertOutbox, s.finish, s.insertAttempt, s.clearFailing, s.markFailing, s.deferRow} {
 		if st != nil {
 			st.Close()
 		}

@@ -23,6 +23,8 @@ const (
 	finishSQL = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
 				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
 				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
+	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL
+				WHERE id = ? AND worker = ? AND status = 'processando'`
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
 				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL
@@ -88,7 +90,7 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 }
 
 // ClaimDeliveries implements app.OutboxStore: per integrator, a range seek
-// on outbox_claim_idx with one prepared statement, so a claim costs the rows
+// on outbox_due_idx with one prepared statement, so a claim costs the rows
 // it takes, not the backlog.
 func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration,
 	quotas []app.Quota) ([]app.Delivery, error) {
@@ -129,7 +131,8 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 
 // FinishDeliveries implements app.OutboxStore: one transaction for a batch
 // of outcomes. A row whose lease this worker lost (the reaper gave it to
-// another) is left alone, but its attempt is still recorded.
+// another) is left alone, but its attempt is still recorded. A deferred row
+// goes back to pendente with no attempt.
 func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult, worker string, now time.Time,
 	lease time.Duration, quotas []app.Quota) (map[string]time.Time, []app.Delivery, error) {
 	failing := map[string]time.Time{}
@@ -138,6 +141,12 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		clear(failing)
 		cleared := map[string]bool{}
 		for _, r := range results {
+			if r.Deferred {
+				if _, err := tx.stmt(tx.stmts.deferRow).Exec(ms(r.Proxima), r.ID, r.Worker); err != nil {
+					return fmt.Errorf("defer delivery %d: %w", r.ID, err)
+				}
+				continue
+			}
 			var entregue any
 			if r.Status == app.EntregaEntregue {
 				entregue = ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))

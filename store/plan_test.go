@@ -227,6 +227,8 @@ func planProblems(steps []string, unfiltered bool) []string {
 			strings.Contains(rest, "USING ROWID SEARCH")
 		switch {
 		case kind == "SEARCH" && indexed:
+		case m[2]+rest == "CONSTANT ROW":
+			// A scalar subquery without FROM, such as LIMIT (SELECT ?).
 		case unfiltered:
 			// No filter: a walk in rowid or index order is the query, and
 			// max(sequence_number) is a bare SEARCH: one seek to the end of
