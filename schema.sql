@@ -208,3 +208,20 @@ CREATE INDEX operator_session_operador_idx ON operator_session (operador_id);
 DROP INDEX outbox_claim_idx;
 DROP INDEX outbox_lease_idx;
 CREATE INDEX outbox_due_idx ON outbox (integrador_id, proxima_tentativa) WHERE status = 'pendente';
+
+-- migration: 6
+
+-- Delivery bodies live beside the outbox rows, not in them: a claim and an
+-- outcome each rewrite the whole row, and with its ~500-byte body in it
+-- every commit of the dispatcher wrote four times the pages. The body is
+-- written once and read at each claim; purging it deletes its row here.
+CREATE TABLE outbox_corpo (
+    outbox_id INTEGER PRIMARY KEY REFERENCES outbox (id),
+    corpo     BLOB    NOT NULL
+);
+INSERT INTO outbox_corpo (outbox_id, corpo) SELECT id, corpo FROM outbox WHERE corpo IS NOT NULL;
+ALTER TABLE outbox ADD COLUMN expurgado INTEGER NOT NULL DEFAULT 0; -- 1 once the body was purged
+UPDATE outbox SET expurgado = 1 WHERE corpo IS NULL;
+DROP INDEX outbox_purge_idx;
+ALTER TABLE outbox DROP COLUMN corpo;
+CREATE INDEX outbox_purge_idx ON outbox (entregue_em) WHERE status = 'entregue' AND expurgado = 0;

@@ -150,10 +150,15 @@ func (d *Dispatcher) Wake() {
 }
 
 // prefetch is how many deliveries, per integrator and in all, a claim may
-// hold beyond those on the wire, as a multiple of the in-flight limits: a
+// hold counting those on the wire, as a multiple of the in-flight limits: a
 // freed slot is refilled at once from what is held, while the outcomes that
 // freed it are recorded and new rows claimed in the background.
-const prefetch = 2
+const prefetch = 3
+
+// Outcomes are recorded in rounds of at least half the in-flight limit, or
+// after roundDelay, or at once when nothing is held to send: a commit costs
+// about as much as twenty outcomes, so small rounds would halve throughput.
+const roundDelay = 5 * time.Millisecond
 
 // dispatch is the state of one Run: what is on the wire, what is claimed
 // and waiting for a slot, and the outcomes not yet recorded.
@@ -167,6 +172,37 @@ type dispatch struct {
 	// background; one at a time, so outcomes batch up behind it.
 	recording bool
 	wantClaim bool
+	flush     *time.Timer // ends roundDelay after the first outcome waits
+	flushing  bool        // flush is armed
+	flushDue  bool
+}
+
+// roundDue says whether to start a background round now.
+func (st *dispatch) roundDue(maxInFlight int, live bool) bool {
+	switch {
+	case st.recording:
+		return false
+	case !live || st.wantClaim:
+		return true
+	case len(st.outcomes) == 0:
+		return false
+	case st.flushDue || st.nQueued == 0 || len(st.outcomes) >= maxInFlight/2:
+		return true
+	}
+	if st.flush == nil {
+		st.flush = time.NewTimer(roundDelay)
+	} else if !st.flushing {
+		st.flush.Reset(roundDelay)
+	}
+	st.flushing = true
+	return false
+}
+
+func (st *dispatch) flushC() <-chan time.Time {
+	if st.flush == nil {
+		return nil
+	}
+	return st.flush.C
 }
 
 // round is what a background FinishDeliveries hands back to Run.
@@ -213,12 +249,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			d.pump(st, results, sendCtx)
 		}
-		if !st.recording {
+		if st.roundDue(d.MaxInFlight, live) {
 			var quotas []Quota
 			if live && (st.wantClaim || len(st.outcomes) > 0) {
 				quotas = d.quotas(st)
 			}
-			st.wantClaim = false
+			st.wantClaim, st.flushDue, st.flushing = false, false, false
+			if st.flush != nil {
+				st.flush.Stop()
+			}
 			if len(st.outcomes) > 0 || len(quotas) > 0 {
 				d.record(dbCtx, st, quotas, done)
 			} else if !live && st.total == 0 {
@@ -236,6 +275,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			timer.Reset(d.Sweep)
 		case <-stopping:
 			stopping = nil
+		case <-st.flushC():
+			st.flushDue, st.flushing = true, false
 		case r := <-results:
 			d.landed(st, r)
 			for more := true; more; {

@@ -190,13 +190,17 @@ func (db *DB) Backup(ctx context.Context, path string) error {
 
 // migrate applies the numbered blocks of schema.sql newer than user_version.
 func migrate(ctx context.Context, db *sql.DB) error {
-	var current int
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
-	}
 	blocks, err := migrations(geohub.Schema)
 	if err != nil {
 		return err
+	}
+	return apply(ctx, db, blocks)
+}
+
+func apply(ctx context.Context, db *sql.DB, blocks []migration) error {
+	var current int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
 	}
 	for _, m := range blocks {
 		if m.version <= current {

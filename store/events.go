@@ -19,6 +19,7 @@ import (
 type writeStmts struct {
 	insertEvent, eventByID, claim                    *sql.Stmt
 	claimOwner, owner, nextSequence, insertOutbox    *sql.Stmt
+	insertCorpo                                      *sql.Stmt
 	finish, insertAttempt, clearFailing, markFailing *sql.Stmt
 	deferRow                                         *sql.Stmt
 }
@@ -33,7 +34,7 @@ const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp,
 const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
 	WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
 		ORDER BY proxima_tentativa, id LIMIT (SELECT ?))
-	RETURNING ` + deliveryColumns + `, corpo`
+	RETURNING ` + deliveryColumns + `, ` + corpoColumn
 
 const insertEventSQL = `INSERT INTO event_log (event_id, tipo, versao_schema,
 		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
@@ -53,6 +54,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.owner, "aggregate owner", ownerSQL},
 		{&s.nextSequence, "next sequence", nextSequenceSQL},
 		{&s.insertOutbox, "enqueue delivery", insertOutboxSQL},
+		{&s.insertCorpo, "store delivery body", insertCorpoSQL},
 		{&s.finish, "finish delivery", finishSQL},
 		{&s.deferRow, "defer delivery", deferSQL},
 		{&s.insertAttempt, "record attempt", insertAttemptSQL},
@@ -70,7 +72,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 
 func (s *writeStmts) close() {
 	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim, s.claimOwner, s.owner, s.nextSequence,
-		s.insertOutbox, s.finish, s.insertAttempt, s.clearFailing, s.markFailing, s.deferRow} {
+		s.insertOutbox, s.insertCorpo, s.finish, s.insertAttempt, s.clearFailing, s.markFailing, s.deferRow} {
 		if st != nil {
 			st.Close()
 		}

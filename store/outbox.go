@@ -19,8 +19,9 @@ const (
 	nextSequenceSQL = `INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES (?, ?, 1)
 			ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = ultima + 1 RETURNING ultima`
 	insertOutboxSQL = `INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
-			sequencia, corpo, proxima_tentativa, criado_em) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	finishSQL = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
+			sequencia, proxima_tentativa, criado_em) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	insertCorpoSQL = `INSERT INTO outbox_corpo (outbox_id, corpo) VALUES (?, ?)`
+	finishSQL      = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
 				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
 				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
 	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL
@@ -54,9 +55,17 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 		if err := tx.stmt(tx.stmts.nextSequence).QueryRow(id, out.Agregado).Scan(&seq); err != nil {
 			return 0, fmt.Errorf("next sequence: %w", err)
 		}
-		if _, err := tx.stmt(tx.stmts.insertOutbox).Exec(ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq,
-			out.Body, ms(now), ms(now)); err != nil {
+		res, err := tx.stmt(tx.stmts.insertOutbox).Exec(ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq,
+			ms(now), ms(now))
+		if err != nil {
 			return 0, fmt.Errorf("enqueue delivery: %w", err)
+		}
+		row, err := res.LastInsertId()
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.stmt(tx.stmts.insertCorpo).Exec(row, out.Body); err != nil {
+			return 0, fmt.Errorf("store delivery body: %w", err)
 		}
 	}
 	return len(recipients), nil
@@ -64,6 +73,9 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 
 const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
 	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em`
+
+// corpoColumn reads a delivery's body beside its row: NULL once purged.
+const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
 
 func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 	var d app.Delivery
@@ -219,12 +231,24 @@ func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	})
 }
 
+// Purging walks outbox_purge_idx: delivered rows whose body is still kept.
+// Named, because without statistics the planner prefers walking every
+// delivered row in outbox_status_idx.
+const (
+	purgeBodiesSQL = `DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_purge_idx
+			WHERE status = 'entregue' AND expurgado = 0 AND entregue_em < ?)`
+	markPurgedSQL = `UPDATE outbox INDEXED BY outbox_purge_idx SET expurgado = 1
+			WHERE status = 'entregue' AND expurgado = 0 AND entregue_em < ?`
+)
+
 // PurgeDelivered implements app.OutboxStore.
 func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.Exec(`UPDATE outbox SET corpo = NULL
-			WHERE corpo IS NOT NULL AND status = 'entregue' AND entregue_em < ?`, ms(before))
+		if _, err := tx.Exec(purgeBodiesSQL, ms(before)); err != nil {
+			return err
+		}
+		res, err := tx.Exec(markPurgedSQL, ms(before))
 		if err != nil {
 			return err
 		}
@@ -289,7 +313,7 @@ func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Deliv
 
 // Delivery implements app.OutboxStore.
 func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attempt, error) {
-	d, err := scanDelivery(db.read.QueryRowContext(ctx, "SELECT "+deliveryColumns+", corpo FROM outbox WHERE id = ?", id), true)
+	d, err := scanDelivery(db.read.QueryRowContext(ctx, "SELECT "+deliveryColumns+", "+corpoColumn+" FROM outbox WHERE id = ?", id), true)
 	if err != nil {
 		return d, nil, err
 	}
@@ -319,7 +343,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 	return db.do(ctx, func(tx *wtx) error {
 		var status string
 		var purged bool
-		err := tx.QueryRow(`SELECT status, corpo IS NULL FROM outbox WHERE id = ?`, id).Scan(&status, &purged)
+		err := tx.QueryRow(`SELECT status, expurgado FROM outbox WHERE id = ?`, id).Scan(&status, &purged)
 		if errors.Is(err, sql.ErrNoRows) {
 			return app.ErrNotFound
 		}
@@ -343,7 +367,7 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
-			quedas = 0 WHERE integrador_id = ? AND status = ? AND corpo IS NOT NULL`, ms(now), integrador, status)
+			quedas = 0 WHERE integrador_id = ? AND status = ? AND expurgado = 0`, ms(now), integrador, status)
 		if err != nil {
 			return err
 		}

@@ -139,6 +139,8 @@ func TestQueryPlans(t *testing.T) {
 		// Writer statements (events.go).
 		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
 			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},
+		{name: "PurgeDelivered bodies (writer)", sql: purgeBodiesSQL, file: "-", args: []any{ms(ts)}},
+		{name: "PurgeDelivered mark (writer)", sql: markPurgedSQL, file: "-", args: []any{ms(ts)}},
 		// Writer statements (consumers.go).
 		{name: "AdvanceCursors clamp (writer)", sql: planAdvanceCursorSQL,
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},
