@@ -165,7 +165,7 @@ const roundDelay = 5 * time.Millisecond
 type dispatch struct {
 	inFlight map[string]int
 	total    int
-	queued   map[string][]Delivery
+	queued   map[string][]heldRow
 	nQueued  int
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
 	// recording is true while a FinishDeliveries (or a claim) runs in the
@@ -175,6 +175,14 @@ type dispatch struct {
 	flush     *time.Timer // ends roundDelay after the first outcome waits
 	flushing  bool        // flush is armed
 	flushDue  bool
+	wakeAt    time.Time // when the main timer fires
+	paused    bool      // a round failed: the next waits for the timer
+}
+
+// heldRow is a claimed row waiting for a slot, with the end of its lease.
+type heldRow struct {
+	Delivery
+	leaseEnd time.Time
 }
 
 // roundDue says whether to start a background round now.
@@ -182,7 +190,11 @@ func (st *dispatch) roundDue(maxInFlight int, live bool) bool {
 	switch {
 	case st.recording:
 		return false
-	case !live || st.wantClaim:
+	case !live:
+		return true
+	case st.paused:
+		return false
+	case st.wantClaim:
 		return true
 	case len(st.outcomes) == 0:
 		return false
@@ -208,6 +220,7 @@ func (st *dispatch) flushC() <-chan time.Time {
 // round is what a background FinishDeliveries hands back to Run.
 type round struct {
 	batch   []DeliveryResult
+	at      time.Time // the claim's now: its leases end Lease later
 	asked   int
 	claimed []Delivery
 	failing map[string]time.Time
@@ -231,7 +244,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
 		}
 	}
-	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]Delivery{}, wantClaim: true}
+	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]heldRow{}, wantClaim: true}
 	results := make(chan DeliveryResult, d.MaxInFlight)
 	done := make(chan round, 1)
 	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
@@ -271,8 +284,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-d.wake:
 			st.wantClaim = true
 		case <-timer.C:
-			st.wantClaim = true
-			timer.Reset(d.Sweep)
+			st.wantClaim, st.paused = true, false
+			d.arm(timer, st, d.untilNext(ctx, st, true))
 		case <-stopping:
 			stopping = nil
 		case <-st.flushC():
@@ -315,15 +328,18 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 	}
 	now := d.Now()
 	active := d.Integrators.activeIDs()
+	deferRow := func(h heldRow, until time.Time) {
+		st.outcomes = append(st.outcomes, DeliveryResult{ID: h.ID, Worker: d.Worker, Integrador: h.Integrador,
+			Status: EntregaPendente, Proxima: until, Deferred: true})
+	}
 	for id, held := range st.queued {
-		limit, reopen := d.limit(id, now)
+		limit, _, reopen := d.limit(id, now)
 		if !slices.Contains(active, id) {
 			limit, reopen = 0, now
 		}
 		if limit == 0 {
-			for _, del := range held {
-				st.outcomes = append(st.outcomes, DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: id,
-					Status: EntregaPendente, Proxima: reopen, Deferred: true})
+			for _, h := range held {
+				deferRow(h, reopen)
 			}
 			st.nQueued -= len(held)
 			delete(st.queued, id)
@@ -331,11 +347,17 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 		}
 		n := 0
 		for n < len(held) && st.inFlight[id] < limit && st.total < d.MaxInFlight {
-			del := held[n]
+			h := held[n]
+			n++
+			if now.Add(d.Timeout + time.Second).After(h.leaseEnd) {
+				// Waited too long for a slot: sent now, it could outlive its
+				// lease and be taken for a crash.
+				deferRow(h, now)
+				continue
+			}
 			st.inFlight[id]++
 			st.total++
-			n++
-			go func() { results <- d.deliver(ctx, del) }()
+			go func() { results <- d.deliver(ctx, h.Delivery) }()
 		}
 		st.nQueued -= n
 		if n == len(held) {
@@ -357,11 +379,11 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 		asked += q.N
 	}
 	go func() {
-		rec := round{batch: batch, asked: asked}
+		rec := round{batch: batch, at: d.Now(), asked: asked}
 		if len(batch) == 0 {
-			rec.claimed, rec.err = d.Store.ClaimDeliveries(ctx, d.Worker, d.Now(), d.Lease, quotas)
+			rec.claimed, rec.err = d.Store.ClaimDeliveries(ctx, d.Worker, rec.at, d.Lease, quotas)
 		} else {
-			rec.failing, rec.claimed, rec.err = d.Store.FinishDeliveries(ctx, batch, d.Worker, d.Now(), d.Lease, quotas)
+			rec.failing, rec.claimed, rec.err = d.Store.FinishDeliveries(ctx, batch, d.Worker, rec.at, d.Lease, quotas)
 		}
 		done <- rec
 	}()
@@ -371,19 +393,33 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 // queue, and an integrator failing long enough is disabled.
 func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer *time.Timer) {
 	if rec.err != nil {
-		// The leases expire and the reaper hands the rows out again:
-		// at-least-once holds, at the cost of a repeat.
 		d.Logger.Error("record delivery outcomes", "err", rec.err, "n", len(rec.batch))
-	} else if len(rec.batch) > 0 && d.OnRecorded != nil {
+		// Nothing of the round was committed: its claims are not ours. Its
+		// outcomes wait for the next round, a second from now (a full disk
+		// must not spin the loop); on shutdown they are dropped, and the
+		// rows, still leased, are returned at the next start.
+		rec.claimed = nil
+		if ctx.Err() == nil {
+			st.outcomes = append(rec.batch, st.outcomes...)
+			st.paused = true
+			d.arm(timer, st, time.Second)
+		}
+		return
+	}
+	if len(rec.batch) > 0 && d.OnRecorded != nil {
 		d.OnRecorded()
 	}
 	for _, del := range rec.claimed {
-		st.queued[del.Integrador] = append(st.queued[del.Integrador], del)
+		st.queued[del.Integrador] = append(st.queued[del.Integrador], heldRow{del, rec.at.Add(d.Lease)})
 		st.nQueued++
 	}
-	if rec.asked > 0 && len(rec.claimed) < rec.asked && ctx.Err() == nil {
-		// Nothing more is due now: sleep until the next retry comes due.
-		timer.Reset(d.untilNext(ctx, st))
+	if ctx.Err() == nil {
+		// Fewer rows than asked: nothing more is due now, so sleep until the
+		// next retry comes due. In any case, wake when a circuit may probe.
+		due := rec.asked == 0 || len(rec.claimed) < rec.asked
+		if wait := d.untilNext(ctx, st, due); due || d.Now().Add(wait).Before(st.wakeAt) {
+			d.arm(timer, st, wait)
+		}
 	}
 	var now time.Time // the latest attempt's end: when the failures happened
 	for _, r := range rec.batch {
@@ -446,33 +482,53 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 // limit is how many requests an integrator may have on the wire now: none
 // while its circuit is open (reopen says until when), one probe once the
 // cooldown ends, else PerIntegrator.
-func (d *Dispatcher) limit(id string, now time.Time) (n int, reopen time.Time) {
+func (d *Dispatcher) limit(id string, now time.Time) (n int, probe bool, reopen time.Time) {
 	d.bmu.Lock()
 	defer d.bmu.Unlock()
 	if b := d.breakers[id]; b != nil && b.failures >= breakerThreshold {
 		if now.Before(b.openUntil) {
-			return 0, b.openUntil
+			return 0, false, b.openUntil
 		}
-		return 1, time.Time{}
+		return 1, true, time.Time{}
 	}
-	return d.PerIntegrator, time.Time{}
+	return d.PerIntegrator, false, time.Time{}
 }
 
-// untilNext is how long to sleep: until the next retry of an integrator
-// that may be claimed is due, or an open circuit lets its probe go, at most
-// a sweep. Rows of integrators at their limit wait for an outcome, which
-// wakes the loop anyway.
-func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch) time.Duration {
+// room is how many more rows an integrator may hold, on the wire or
+// claimed ahead: prefetch times its limit, and a probe is one request.
+func (d *Dispatcher) room(st *dispatch, id string, now time.Time) (int, time.Time) {
+	n, probe, reopen := d.limit(id, now)
+	held := st.inFlight[id] + len(st.queued[id])
+	if probe {
+		return 1 - held, reopen
+	}
+	return prefetch*n - held, reopen
+}
+
+// arm sets the loop's timer to fire after wait.
+func (d *Dispatcher) arm(timer *time.Timer, st *dispatch, wait time.Duration) {
+	st.wakeAt = d.Now().Add(wait)
+	timer.Reset(wait)
+}
+
+// untilNext is how long to sleep: until an open circuit lets its probe go
+// and, when due is set, until the next retry of an integrator with room
+// comes due; at most a sweep. Rows of integrators at their limit wait for
+// an outcome, which wakes the loop anyway.
+func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool) time.Duration {
 	now := d.Now()
 	wait := d.Sweep
 	var claimable []string
 	for _, id := range d.Integrators.activeIDs() {
-		limit, reopen := d.limit(id, now)
-		if limit == 0 {
+		room, reopen := d.room(st, id, now)
+		if !reopen.IsZero() {
 			wait = min(wait, max(reopen.Sub(now), 10*time.Millisecond))
-		} else if st.inFlight[id]+len(st.queued[id]) < prefetch*limit {
+		} else if room > 0 {
 			claimable = append(claimable, id)
 		}
+	}
+	if !due || len(claimable) == 0 {
+		return wait
 	}
 	if next, ok, err := d.Store.NextDue(ctx, claimable); err == nil && ok {
 		wait = min(wait, max(next.Sub(now), 10*time.Millisecond))
@@ -480,11 +536,10 @@ func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch) time.Duration 
 	return wait
 }
 
-// quotas shares the room for claims (prefetch times the in-flight limits,
-// less what is on the wire or held) among the active integrators that may
+// quotas shares the room for claims among the active integrators that may
 // be claimed now, one row each in turn (starting with a different one each
-// time), so one backlog never takes them all. An open circuit takes none
-// until its cooldown ends, then one: its probe.
+// time), so one backlog never takes them all. In all, at most prefetch times
+// MaxInFlight rows are held.
 func (d *Dispatcher) quotas(st *dispatch) []Quota {
 	now := d.Now()
 	ids := d.Integrators.activeIDs()
@@ -494,11 +549,7 @@ func (d *Dispatcher) quotas(st *dispatch) []Quota {
 	}
 	room := make([]int, len(ids))
 	for i, id := range ids {
-		limit, _ := d.limit(id, now)
-		room[i] = prefetch*limit - st.inFlight[id] - len(st.queued[id])
-		if limit == 1 {
-			room[i] = 1 - st.inFlight[id] - len(st.queued[id]) // a probe is one request, not a batch
-		}
+		room[i], _ = d.room(st, id, now)
 	}
 	d.turn++
 	given := make([]int, len(ids))

@@ -32,7 +32,10 @@ type outboxKit struct {
 	stop        func() // stops the dispatcher as a shutdown does
 }
 
-func newOutboxKit(t *testing.T) *outboxKit {
+func newOutboxKit(t *testing.T) *outboxKit { return newOutboxKitWith(t, nil) }
+
+// newOutboxKitWith lets tune change the dispatcher before it runs.
+func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	t.Helper()
 	ctx := context.Background()
 	clock := &fakeClock{now: time.Now().UTC().Truncate(time.Millisecond)} // the store keeps milliseconds
@@ -61,6 +64,9 @@ func newOutboxKit(t *testing.T) *outboxKit {
 	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
 		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
 		AutoDisable: app.DefaultAutoDisable, Timeout: 300 * time.Millisecond}
+	if tune != nil {
+		tune(d)
+	}
 	db.OnCommit(func(b []app.Appended) { d.Wake() })
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -112,7 +112,10 @@ func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time,
 		out, err = tx.claim(worker, now, lease, quotas)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, err // the claim ran, but its commit failed: the rows are not leased
+	}
+	return out, nil
 }
 
 func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas []app.Quota) ([]app.Delivery, error) {
@@ -198,7 +201,10 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		claimed, err = tx.claim(worker, now, lease, quotas)
 		return err
 	})
-	return failing, claimed, err
+	if err != nil {
+		return nil, nil, err // nothing of it was committed
+	}
+	return failing, claimed, nil
 }
 
 // ReapDeliveries implements app.OutboxStore.
