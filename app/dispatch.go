@@ -174,9 +174,8 @@ type dispatch struct {
 	wantClaim bool
 	flush     *time.Timer // ends roundDelay after the first outcome waits
 	flushing  bool        // flush is armed
-	flushDue  bool
-	wakeAt    time.Time // when the main timer fires
-	paused    bool      // a round failed: the next waits for the timer
+	wakeAt    time.Time   // when the main timer fires
+	paused    bool        // a round failed: the next waits for the timer
 }
 
 // heldRow is a claimed row waiting for a slot, with the end of its lease.
@@ -198,23 +197,14 @@ func (st *dispatch) roundDue(maxInFlight int, live bool) bool {
 		return true
 	case len(st.outcomes) == 0:
 		return false
-	case st.flushDue || st.nQueued == 0 || len(st.outcomes) >= maxInFlight/2:
+	case st.nQueued == 0 || len(st.outcomes) >= maxInFlight/2:
 		return true
 	}
-	if st.flush == nil {
-		st.flush = time.NewTimer(roundDelay)
-	} else if !st.flushing {
+	if !st.flushing {
 		st.flush.Reset(roundDelay)
+		st.flushing = true
 	}
-	st.flushing = true
 	return false
-}
-
-func (st *dispatch) flushC() <-chan time.Time {
-	if st.flush == nil {
-		return nil
-	}
-	return st.flush.C
 }
 
 // round is what a background FinishDeliveries hands back to Run.
@@ -244,7 +234,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
 		}
 	}
-	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]heldRow{}, wantClaim: true}
+	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]heldRow{}, wantClaim: true,
+		flush: time.NewTimer(roundDelay)}
+	st.flush.Stop()
+	defer st.flush.Stop()
 	results := make(chan DeliveryResult, d.MaxInFlight)
 	done := make(chan round, 1)
 	sendCtx := context.WithoutCancel(ctx) // in-flight requests finish on shutdown
@@ -267,10 +260,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			if live && (st.wantClaim || len(st.outcomes) > 0) {
 				quotas = d.quotas(st)
 			}
-			st.wantClaim, st.flushDue, st.flushing = false, false, false
-			if st.flush != nil {
-				st.flush.Stop()
-			}
+			st.wantClaim, st.flushing = false, false
+			st.flush.Stop()
 			if len(st.outcomes) > 0 || len(quotas) > 0 {
 				d.record(dbCtx, st, quotas, done)
 			} else if !live && st.total == 0 {
@@ -288,8 +279,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.arm(timer, st, d.untilNext(ctx, st, true))
 		case <-stopping:
 			stopping = nil
-		case <-st.flushC():
-			st.flushDue, st.flushing = true, false
+		case <-st.flush.C:
+			st.wantClaim, st.flushing = true, false // a round records the waiting outcomes
 		case r := <-results:
 			d.landed(st, r)
 			for more := true; more; {
