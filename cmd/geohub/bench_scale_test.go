@@ -50,6 +50,7 @@ func benchScaleEvents() int {
 const benchPublishN = 20_000
 
 func BenchmarkScale(b *testing.B) {
+	defer tuneRuntime()() // the server's settings, for the baselines too
 	if b.N > 1 {
 		b.Skip("run with -benchtime 1x: each arm is a fixed, large workload")
 	}

@@ -63,6 +63,7 @@ func serveCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.AdminPassword = os.Getenv("GEOHUB_ADMIN_PASSWORD")
+	tuneRuntime()
 	m := &Main{Config: cfg, Stdout: os.Stdout}
 	return m.Run(ctx)
 }
