@@ -38,6 +38,12 @@ const (
 	tailReadLimit = 512
 
 	closeSessionEnded = 4401
+
+	// maxTailsPerSession bounds what one session can hold open: each tail
+	// is a goroutine and a database read on every commit. A page has one
+	// tail, so this is sixteen tabs; a stuck or hostile script gets 4429.
+	maxTailsPerSession = 16
+	closeTooManyTails  = 4429
 )
 
 // The zero CheckOrigin admits only pages of this host: another site cannot
@@ -67,12 +73,37 @@ type tailMessage struct {
 	HTML string `json:"html"`
 }
 
-// tails ends every open tail when the server shuts down: hijacked
-// connections are outside http.Server.Shutdown.
+// tails ends every open tail when the server shuts down (hijacked
+// connections are outside http.Server.Shutdown) and counts each session's.
 type tails struct {
 	once    sync.Once
 	closing chan struct{}
 	closed  sync.Once
+
+	mu   sync.Mutex
+	open map[string]int // by session secret
+}
+
+// enter takes one of the session's tail slots; false when all are taken.
+func (t *tails) enter(session string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open[session] >= maxTailsPerSession {
+		return false
+	}
+	if t.open == nil {
+		t.open = map[string]int{}
+	}
+	t.open[session]++
+	return true
+}
+
+func (t *tails) leave(session string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open[session]--; t.open[session] <= 0 {
+		delete(t.open, session)
+	}
 }
 
 func (t *tails) done() chan struct{} {
@@ -130,6 +161,14 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 		return
 	}
 	defer conn.Close()
+	if s := sessionOf(r); s != nil {
+		if !c.tails.enter(s.secret) {
+			conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(closeTooManyTails,
+				"muitas conexões ao vivo nesta sessão"), time.Now().Add(time.Second))
+			return
+		}
+		defer c.tails.leave(s.secret)
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stopping := c.tails.done()

@@ -537,3 +537,62 @@ func TestDLQPageAndReprocess(t *testing.T) {
 		t.Fatalf("an unknown colônia: %d", res.StatusCode)
 	}
 }
+
+// The cap and close code of tail.go, as a script sees them.
+const (
+	maxTailsPerSession = 16
+	closeTooManyTails  = 4429
+)
+
+func TestTailsPerSession(t *testing.T) {
+	b := newTailBench(t)
+	c, _ := loginAs(t, b, "admin", benchAdminPassword)
+	var open []*websocket.Conn
+	defer func() {
+		for _, ws := range open {
+			ws.Close()
+		}
+	}()
+	for range maxTailsPerSession {
+		ws, _, err := dialTail(t, b, c, "/ws/eventos")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, ws)
+	}
+	waitSubscribed(t, b.events, maxTailsPerSession)
+
+	// refused reports whether a tail of client cl is closed with 4429; an
+	// admitted one sends nothing, so its read times out.
+	refused := func(cl *http.Client) bool {
+		t.Helper()
+		ws, _, err := dialTail(t, b, cl, "/ws/eventos")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = readTail(t, ws, 300*time.Millisecond)
+		if websocket.IsCloseError(err, closeTooManyTails) {
+			ws.Close()
+			return true
+		}
+		if !isTimeout(err) {
+			t.Fatalf("want 4429 or an open tail, got %v", err)
+		}
+		open = append(open, ws)
+		return false
+	}
+	if !refused(c) {
+		t.Fatalf("tail %d of one session was admitted", maxTailsPerSession+1)
+	}
+	other, _ := loginAs(t, b, "admin", benchAdminPassword)
+	if refused(other) {
+		t.Fatal("another session's first tail was refused")
+	}
+	open[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for refused(c) {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed tail did not free its slot")
+		}
+	}
+}

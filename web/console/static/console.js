@@ -85,6 +85,12 @@ class Tail {
     };
     ws.onclose = (e) => {
       if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
+      if (e.code === 4429) {
+        // Too many tails open in this session: wait for other tabs to close.
+        this.show("muitas abas ao vivo abertas; feche alguma", "caiu");
+        setTimeout(() => this.connect(), 30000);
+        return;
+      }
       this.show("reconectando…", "caiu");
       setTimeout(() => this.connect(), this.wait);
       this.wait = Math.min(this.wait * 2, 10000);
