@@ -415,7 +415,7 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 	})
 
 	t.Run("a leitor sees everything read-only and a forged POST is 403", func(t *testing.T) {
-		do(t, ctx, "sign out", chromedp.Click(css(`.conta button`)), chromedp.WaitVisible(css(`input[name=login]`)))
+		do(t, ctx, "sign out", chromedp.Click(css(`.conta button`)), chromedp.WaitVisible(css(signedOut)))
 		login(t, ctx, base, leitorLogin, leitorPassword)
 		if n := count(t, ctx, `nav.menu a[href="/operadores"]`); n != 0 {
 			t.Fatal("a leitor's menu has Operadores")

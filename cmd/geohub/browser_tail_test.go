@@ -233,7 +233,7 @@ func TestConsoleLiveTails(t *testing.T) {
 			chromedp.SendKeys(css(`input[name=senha]`), "senha-da-leitora-1"),
 			chromedp.SendKeys(css(`input[name=confirma]`), "senha-da-leitora-1"),
 			chromedp.Submit(css(`input[name=login]`)), chromedp.WaitVisible(css(`.aviso-ok`)))
-		do(t, ctx, "sign out", chromedp.Click(css(`.conta button`)), chromedp.WaitVisible(css(`input[name=login]`)))
+		do(t, ctx, "sign out", chromedp.Click(css(`.conta button`)), chromedp.WaitVisible(css(signedOut)))
 		login(t, ctx, base, "leitora", "senha-da-leitora-1")
 		do(t, ctx, "open /entregas", chromedp.Navigate(base+"/entregas?status=falhou"), chromedp.WaitVisible(css(`.tail-status.ao-vivo`)))
 		if n := get(t, ctx, "dead letters listed", chromedp.Evaluate[int](`document.querySelectorAll("table.dados .selo-falhou").length`)); n == 0 {

@@ -59,6 +59,11 @@ func do(t *testing.T, ctx context.Context, step string, actions ...chromedp.Acti
 }
 
 // login signs in through the login form and waits for the page it lands on.
+// signedOut is on the login page only: /operadores has an input named
+// login too, and waiting for that one let the next navigation abort the
+// sign-out's redirect (net::ERR_ABORTED).
+const signedOut = `form[action="/login"] input[name=login]`
+
 func login(t *testing.T, ctx context.Context, base, user, password string) {
 	t.Helper()
 	do(t, ctx, "login as "+user,
@@ -127,7 +132,7 @@ func TestConsoleLogin(t *testing.T) {
 		ctx, cancel := chromedp.NewContext(ctx) // a fresh tab shares cookies; sign out first
 		defer cancel()
 		do(t, ctx, "sign out", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`nav.menu`)), chromedp.Click(css(`.conta button`)),
-			chromedp.WaitVisible(css(`input[name=login]`)))
+			chromedp.WaitVisible(css(signedOut)))
 		for _, user := range []string{"admin", "ninguem"} {
 			// A fresh form each time: the previous answer's message must not
 			// pass for this one's while the page navigates.
