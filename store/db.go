@@ -147,12 +147,20 @@ func (db *DB) Close() error {
 	return err
 }
 
-// Ping checks that the database answers a write: /readyz.
-func (db *DB) Ping(ctx context.Context) error {
-	return db.do(ctx, func(tx *wtx) error {
+// Writable is /readyz's check: the writer takes a write transaction, and
+// the files would take a write. The second half matters because a running
+// writer keeps working on files made read-only under it (its descriptors
+// stay open) and a commit can reuse WAL space on a full disk: neither shows
+// in the transaction, yet the next restart fails or the next new page does.
+func (db *DB) Writable(ctx context.Context) error {
+	err := db.do(ctx, func(tx *wtx) error {
 		_, err := tx.Exec("SELECT 1")
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	return filesWritable(db.Path)
 }
 
 // Pragma reads one pragma on the writer or on a reader connection. Tests use

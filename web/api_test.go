@@ -133,7 +133,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		Auth:      auth,
 		Logger:    logger,
 		Gatherer:  reg,
-		Ready:     db.Ping,
+		Ready:     db.Writable,
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

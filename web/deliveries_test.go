@@ -108,7 +108,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 		Integrators: integrators,
 		Logger:      logger,
 		Gatherer:    reg,
-		Ready:       db.Ping,
+		Ready:       db.Writable,
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

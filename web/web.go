@@ -207,7 +207,14 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.Ready(ctx); err != nil {
 		s.Logger.Warn("not ready", "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "indisponivel"})
+		body := map[string]string{"status": "indisponivel"}
+		var ae *app.Error
+		if errors.As(err, &ae) && ae.Code == app.EUnavailable {
+			// A storage fault, said in words an operator can act on; other
+			// errors stay in the log.
+			body["motivo"] = ae.Message
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "pronto"})

@@ -1244,6 +1244,12 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 	atFlip := len(acked)
 	mu.Unlock()
 	t.Cleanup(func() { setMode(t, data, 0o700, 0o600) })
+	// Writes still work through the open files, but a restart would fail:
+	// readiness says so.
+	if a, err := call(client, "GET", "http://"+srv.addr+"/readyz", "", ""); err != nil ||
+		a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "sem permissão de escrita") {
+		t.Errorf("/readyz on a read-only data directory: %v %d %s", err, a.status, a.body)
+	}
 
 	// A second process cannot open it, and says why.
 	if out, err := cli(t, cred, bin, "token", "create", "--papel", "leitor", "--data", data); err == nil {
@@ -1498,6 +1504,12 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 		t.Errorf("/healthz on a full disk: %v %d", err, a.status)
 	}
 	ready, _ := call(client, "GET", "http://"+srv.addr+"/readyz", "", "")
+	var st syscall.Statfs_t
+	if syscall.Statfs(data, &st) == nil && st.Bavail*uint64(st.Bsize) < 1<<20 &&
+		(ready.status != http.StatusServiceUnavailable || !strings.Contains(string(ready.body), "sem espaço em disco")) {
+		// A full filesystem, not only a process limit: readiness must see it.
+		t.Errorf("/readyz on a full disk: %d %s", ready.status, ready.body)
+	}
 	logged := srv.out.String()
 	if !strings.Contains(logged, "request failed") {
 		t.Errorf("the server logged no error for the failed publishes:\n%s", logged)
@@ -1517,6 +1529,9 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 	mu.Unlock()
 	if !recovered {
 		t.Errorf("publishes still fail 20 s after space came back:\n%s", srv.out)
+	}
+	if a, err := call(client, "GET", "http://"+srv.addr+"/readyz", "", ""); err != nil || a.status != http.StatusOK {
+		t.Errorf("/readyz once space came back: %v %d %s", err, a.status, a.body)
 	}
 	for _, line := range strings.Split(srv.out.String(), "\n") {
 		if strings.Contains(line, "request failed") {

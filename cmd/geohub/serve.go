@@ -315,7 +315,7 @@ func (m *Main) Run(ctx context.Context) error {
 			if !dispatcher.Running() {
 				return errors.New("dispatcher not running")
 			}
-			return db.Ping(ctx)
+			return db.Writable(ctx)
 		},
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
