@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,5 +327,31 @@ func TestEveryAcknowledgedEventIsDeliveredAfterKill9MidDelivery(t *testing.T) {
 			t.Fatalf("%d of %d acknowledged events arrived after the restart", rec.has(acked), len(acked))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestMemoryLimitFollowsTheCgroup(t *testing.T) {
+	dir := t.TempDir()
+	write := func(v string) string {
+		f := filepath.Join(dir, strconv.Quote(v))
+		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	const def = 512 << 20
+	for _, c := range []struct {
+		file string
+		want int64
+	}{
+		{filepath.Join(dir, "absent"), def},
+		{write("max\n"), def},
+		{write("268435456\n"), 192 << 20},
+		{write("4294967296\n"), def},
+		{write("garbage"), def},
+	} {
+		if got := memoryLimit(def, c.file); got != c.want {
+			t.Errorf("memoryLimit(%s) = %d, want %d", c.file, got, c.want)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 )
 
 // tuneRuntime fits the Go scheduler and garbage collector to a server whose
@@ -31,7 +33,7 @@ func tuneRuntime() (restore func()) {
 		prev := debug.SetGCPercent(400)
 		undo = append(undo, func() { debug.SetGCPercent(prev) })
 		if os.Getenv("GOMEMLIMIT") == "" {
-			prev := debug.SetMemoryLimit(512 << 20)
+			prev := debug.SetMemoryLimit(memoryLimit(512<<20, "/sys/fs/cgroup/memory.max"))
 			undo = append(undo, func() { debug.SetMemoryLimit(prev) })
 		}
 	}
@@ -40,4 +42,19 @@ func tuneRuntime() (restore func()) {
 			u()
 		}
 	}
+}
+
+// memoryLimit is the soft limit for the heap: def, or three quarters of the
+// cgroup v2 memory limit in file when that is lower, so that in a small
+// container the collector speeds up well before the kernel kills.
+func memoryLimit(def int64, file string) int64 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return def
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64) // "max" means none
+	if err != nil || n <= 0 {
+		return def
+	}
+	return min(def, n/4*3)
 }
