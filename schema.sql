@@ -225,3 +225,10 @@ UPDATE outbox SET expurgado = 1 WHERE corpo IS NULL;
 DROP INDEX outbox_purge_idx;
 ALTER TABLE outbox DROP COLUMN corpo;
 CREATE INDEX outbox_purge_idx ON outbox (entregue_em) WHERE status = 'entregue' AND expurgado = 0;
+
+-- migration: 7
+
+-- Operators can be deactivated: someone who leaves keeps no access, and the
+-- account's history (who did what) stays. A deactivated operator's sessions
+-- are deleted with the change and the login is refused.
+ALTER TABLE operator ADD COLUMN ativo INTEGER NOT NULL DEFAULT 1;

@@ -48,6 +48,7 @@ type Operator struct {
 	Login    string    `json:"login"`
 	Papel    Papel     `json:"papel"`
 	CriadoEm time.Time `json:"criado_em"`
+	Ativo    bool      `json:"ativo"`
 }
 
 // AuthStore keeps tokens and operators.
@@ -155,7 +156,7 @@ func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, 
 	if err != nil {
 		return "", false, err
 	}
-	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: "admin", Papel: PapelAdmin, CriadoEm: a.Now().UTC()}
+	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: "admin", Papel: PapelAdmin, CriadoEm: a.Now().UTC(), Ativo: true}
 	created, err := a.Store.InsertOperator(ctx, o, string(hash))
 	if err != nil || !created {
 		return "", false, err

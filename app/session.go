@@ -29,6 +29,9 @@ type SessionStore interface {
 	// of the operator but keepSession.
 	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
 	Operators(ctx context.Context) ([]Operator, error)
+	// SetOperatorActive enables or disables an account; disabling ends its
+	// sessions. ErrNotFound for an unknown id.
+	SetOperatorActive(ctx context.Context, operadorID string, ativo bool) error
 }
 
 // Console login limits: after loginMaxFailures failed attempts within
@@ -109,6 +112,11 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	}
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
 		return "", Operator{}, errBadLogin
+	}
+	if !o.Ativo {
+		// Said only to whoever knows the password: the owner, who should
+		// know why the door is closed.
+		return "", Operator{}, Errorf(EUnauthorized, "esta conta está desativada; fale com um administrador")
 	}
 	s.release(keys, now)
 	secret := sessionPrefix + randomString(32)
@@ -299,7 +307,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, pape
 	if err != nil {
 		return Operator{}, err
 	}
-	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: login, Papel: papel, CriadoEm: s.Now().UTC()}
+	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: login, Papel: papel, CriadoEm: s.Now().UTC(), Ativo: true}
 	created, err := s.Store.InsertOperator(ctx, o, string(hash))
 	if err != nil {
 		return Operator{}, err
@@ -309,6 +317,21 @@ func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, pape
 			Details: []Detail{{"/login", "já existe"}}}
 	}
 	return o, nil
+}
+
+// SetActive enables or disables the account id on behalf of actor (an
+// admin, checked by the caller). Nobody disables their own account: that
+// also keeps the last active admin from locking everyone out, as only an
+// admin can disable another.
+func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ativo bool) error {
+	if !ativo && id == actor.ID {
+		return Errorf(EConflict, "você não pode desativar a própria conta")
+	}
+	err := s.Store.SetOperatorActive(ctx, id, ativo)
+	if errors.Is(err, ErrNotFound) {
+		return Errorf(ENotFound, "operador %s não existe", id)
+	}
+	return err
 }
 
 // Operators lists the console accounts.

@@ -66,8 +66,8 @@ func (db *DB) OperatorByLogin(ctx context.Context, login string) (app.Operator, 
 	var o app.Operator
 	var hash string
 	var criado int64
-	err := db.read.QueryRowContext(ctx, `SELECT id, login, senha_hash, papel, criado_em FROM operator WHERE login = ?`,
-		login).Scan(&o.ID, &o.Login, &hash, &o.Papel, &criado)
+	err := db.read.QueryRowContext(ctx, `SELECT id, login, senha_hash, papel, criado_em, ativo FROM operator WHERE login = ?`,
+		login).Scan(&o.ID, &o.Login, &hash, &o.Papel, &criado, &o.Ativo)
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, "", app.ErrNotFound
 	}

@@ -146,6 +146,11 @@ func TestQueryPlans(t *testing.T) {
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},
 		{name: "SetDLQStatus (writer)", sql: planSetDLQStatusSQL,
 			args: []any{app.DLQResolved, ms(ts), ids.event, "colonia-1"}},
+		// Writer statements (sessions.go).
+		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "sessions.go",
+			args: []any{false, "op-1"}},
+		{name: "SetOperatorActive sessions (writer)", sql: `DELETE FROM operator_session WHERE operador_id = ?`,
+			file: "sessions.go", args: []any{"op-1"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,9 +26,11 @@ func (db *DB) InsertSession(ctx context.Context, hash, operadorID string, criado
 func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (app.Operator, error) {
 	var o app.Operator
 	var criado int64
-	err := db.read.QueryRowContext(ctx, `SELECT o.id, o.login, o.papel, o.criado_em
+	// ativo is checked here too, not only by deleting the sessions on
+	// deactivation: a login racing the deactivation must not outlive it.
+	err := db.read.QueryRowContext(ctx, `SELECT o.id, o.login, o.papel, o.criado_em, o.ativo
 		FROM operator_session s JOIN operator o ON o.id = s.operador_id
-		WHERE s.hash = ? AND s.expira_em > ?`, hash, ms(now)).Scan(&o.ID, &o.Login, &o.Papel, &criado)
+		WHERE s.hash = ? AND s.expira_em > ? AND o.ativo = 1`, hash, ms(now)).Scan(&o.ID, &o.Login, &o.Papel, &criado, &o.Ativo)
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, app.ErrNotFound
 	}
@@ -63,7 +65,7 @@ func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, ke
 
 // Operators implements app.SessionStore.
 func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT id, login, papel, criado_em FROM operator ORDER BY login`)
+	rows, err := db.read.QueryContext(ctx, `SELECT id, login, papel, criado_em, ativo FROM operator ORDER BY login`)
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +74,29 @@ func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 	for rows.Next() {
 		var o app.Operator
 		var criado int64
-		if err := rows.Scan(&o.ID, &o.Login, &o.Papel, &criado); err != nil {
+		if err := rows.Scan(&o.ID, &o.Login, &o.Papel, &criado, &o.Ativo); err != nil {
 			return nil, err
 		}
 		o.CriadoEm = fromMS(criado)
 		out = append(out, o)
 	}
 	return out, rows.Err()
+}
+
+// SetOperatorActive implements app.SessionStore. Deactivating deletes the
+// operator's sessions in the same transaction.
+func (db *DB) SetOperatorActive(ctx context.Context, operadorID string, ativo bool) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(`UPDATE operator SET ativo = ? WHERE id = ?`, ativo, operadorID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		if !ativo {
+			_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
+		}
+		return err
+	})
 }

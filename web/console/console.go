@@ -125,6 +125,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(admins, c.setTypeStatus))
 	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
 	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
+	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
 	return securityHeaders(mux)
 }
 

@@ -21,6 +21,12 @@ import (
 // consoleServer is the console alone on a real database, with an admin.
 func consoleServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	srv, _ := consoleServerDB(t)
+	return srv
+}
+
+func consoleServerDB(t *testing.T) (*httptest.Server, *store.DB) {
+	t.Helper()
 	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func consoleServer(t *testing.T) *httptest.Server {
 		Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now}
 	srv := httptest.NewServer(c.Handler())
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, db
 }
 
 // client is a browser without JavaScript: cookies kept, redirects not
@@ -70,18 +76,24 @@ func post(t *testing.T, c *http.Client, u string, form url.Values) (*http.Respon
 // signIn logs in as admin and returns the session's CSRF token.
 func signIn(t *testing.T, srv *httptest.Server, c *http.Client, back string) (*http.Response, string) {
 	t.Helper()
+	res, _ := tryLogin(t, srv, c, "admin", "senha-do-admin-1", back)
+	_, home := get(t, c, srv.URL+"/")
+	m := csrfField.FindStringSubmatch(home)
+	if m == nil {
+		t.Fatalf("no csrf after login: %s", home)
+	}
+	return res, m[1]
+}
+
+// tryLogin submits the login form and returns the answer and its page.
+func tryLogin(t *testing.T, srv *httptest.Server, c *http.Client, login, senha, back string) (*http.Response, string) {
+	t.Helper()
 	_, page := get(t, c, srv.URL+"/login")
 	m := csrfField.FindStringSubmatch(page)
 	if m == nil {
 		t.Fatalf("no csrf on the login page: %s", page)
 	}
-	res, _ := post(t, c, srv.URL+"/login", url.Values{"csrf": {m[1]}, "login": {"admin"}, "senha": {"senha-do-admin-1"}, "volta": {back}})
-	_, home := get(t, c, srv.URL+"/")
-	m = csrfField.FindStringSubmatch(home)
-	if m == nil {
-		t.Fatalf("no csrf after login: %s", home)
-	}
-	return res, m[1]
+	return post(t, c, srv.URL+"/login", url.Values{"csrf": {m[1]}, "login": {login}, "senha": {senha}, "volta": {back}})
 }
 
 func TestConsoleSessionsAndCSRF(t *testing.T) {
@@ -172,6 +184,110 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 		res, _ := get(t, client(t), srv.URL+"/login")
 		if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 			t.Fatalf("CSP %q", csp)
+		}
+	})
+}
+
+var activeForm = regexp.MustCompile(`action="/operadores/([^/"]+)/ativo"`)
+
+func TestOperatorDeactivation(t *testing.T) {
+	srv, db := consoleServerDB(t)
+	admin := client(t)
+	_, csrf := signIn(t, srv, admin, "/")
+	if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {"fulana"}, "papel": {"operador"},
+		"senha": {"senha-da-fulana-1"}, "confirma": {"senha-da-fulana-1"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create operator: %d %s", res.StatusCode, body)
+	}
+	fulana := client(t)
+	if res, _ := tryLogin(t, srv, fulana, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("fulana's login: %d", res.StatusCode)
+	}
+	if res, _ := get(t, fulana, srv.URL+"/"); res.StatusCode != http.StatusOK {
+		t.Fatalf("fulana's first page: %d", res.StatusCode)
+	}
+
+	// One form, fulana's: nobody gets a button for their own account.
+	_, page := get(t, admin, srv.URL+"/operadores")
+	forms := activeForm.FindAllStringSubmatch(page, -1)
+	if len(forms) != 1 {
+		t.Fatalf("%d enable/disable forms for two accounts, want 1 (not the admin's own)", len(forms))
+	}
+	id := forms[0][1]
+	setActive := func(c *http.Client, id, ativo string) (*http.Response, string) {
+		return post(t, c, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {csrf}, "ativo": {ativo}})
+	}
+	if res, body := setActive(admin, id, "nao"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("deactivate: %d %s", res.StatusCode, body)
+	}
+
+	t.Run("a deactivated operator's session ends at once", func(t *testing.T) {
+		res, _ := get(t, fulana, srv.URL+"/")
+		if res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/login") {
+			t.Fatalf("fulana after deactivation: %d %s", res.StatusCode, res.Header.Get("Location"))
+		}
+	})
+	t.Run("the login is refused, and says why only to who knows the password", func(t *testing.T) {
+		res, body := tryLogin(t, srv, client(t), "fulana", "senha-da-fulana-1", "/")
+		if res.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "desativada") {
+			t.Fatalf("login of a deactivated account: %d, says desativada: %v", res.StatusCode, strings.Contains(body, "desativada"))
+		}
+		res, body = tryLogin(t, srv, client(t), "fulana", "senha-errada-123", "/")
+		if res.StatusCode != http.StatusUnauthorized || strings.Contains(body, "desativada") {
+			t.Fatalf("wrong password on a deactivated account: %d, says desativada: %v", res.StatusCode, strings.Contains(body, "desativada"))
+		}
+	})
+	t.Run("the list shows it", func(t *testing.T) {
+		_, page := get(t, admin, srv.URL+"/operadores")
+		if !strings.Contains(page, "desativada") || !strings.Contains(page, `value="sim"`) {
+			t.Fatal("the list does not show the account as deactivated with a Reativar button")
+		}
+	})
+	t.Run("nobody deactivates their own account", func(t *testing.T) {
+		ops, err := db.Operators(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var adminID string
+		for _, o := range ops {
+			if o.Login == "admin" {
+				adminID = o.ID
+			}
+		}
+		if res, _ := setActive(admin, adminID, "nao"); res.StatusCode != http.StatusConflict {
+			t.Fatalf("self-deactivation: %d", res.StatusCode)
+		}
+		if res, _ := get(t, admin, srv.URL+"/"); res.StatusCode != http.StatusOK {
+			t.Fatalf("the admin lost the session: %d", res.StatusCode)
+		}
+	})
+	t.Run("an unknown account is 404", func(t *testing.T) {
+		if res, _ := setActive(admin, "nao-existe", "nao"); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("unknown id: %d", res.StatusCode)
+		}
+	})
+	t.Run("reactivated, the operator signs in again", func(t *testing.T) {
+		if res, body := setActive(admin, id, "sim"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("reactivate: %d %s", res.StatusCode, body)
+		}
+		c := client(t)
+		if res, _ := tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("login after reactivation: %d", res.StatusCode)
+		}
+		if res, _ := get(t, c, srv.URL+"/"); res.StatusCode != http.StatusOK {
+			t.Fatalf("page after reactivation: %d", res.StatusCode)
+		}
+	})
+	t.Run("an operador cannot deactivate anyone", func(t *testing.T) {
+		c := client(t)
+		tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/")
+		_, home := get(t, c, srv.URL+"/")
+		m := csrfField.FindStringSubmatch(home)
+		if m == nil {
+			t.Fatal("no csrf for fulana")
+		}
+		res, _ := post(t, c, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {m[1]}, "ativo": {"nao"}})
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("an operador's deactivation: %d", res.StatusCode)
 		}
 	})
 }

@@ -56,3 +56,17 @@ func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
 	}
 	c.showOperators(w, r, http.StatusUnprocessableEntity, f)
 }
+
+// setOperatorActive is the one-click enable/disable of an account.
+func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
+	ativo := r.PostFormValue("ativo") == "sim"
+	if err := c.Sessions.SetActive(r.Context(), sessionOf(r).op, r.PathValue("id"), ativo); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	msg := "Conta reativada: a pessoa pode entrar de novo."
+	if !ativo {
+		msg = "Conta desativada: as sessões dela foram encerradas e o login é recusado até que seja reativada."
+	}
+	c.redirect(w, r, "/operadores", msg)
+}
