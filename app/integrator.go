@@ -67,6 +67,12 @@ type RotatedSecret struct {
 	AnteriorValidoAte time.Time `json:"anterior_valido_ate"`
 }
 
+// RotatedAPIKey answers an API key rotation: the new key, shown only this
+// once. The previous key stops working at once.
+type RotatedAPIKey struct {
+	APIKey string `json:"api_key"`
+}
+
 // IntegratorSecrets are an integrator's sealed signing secrets.
 type IntegratorSecrets struct {
 	Atual, Anterior []byte
@@ -79,6 +85,8 @@ type IntegratorStore interface {
 	Integrators(ctx context.Context) ([]Integrator, error)
 	UpdateIntegrator(ctx context.Context, in Integrator) error
 	SetIntegratorSecret(ctx context.Context, id string, s IntegratorSecrets) error
+	// SetIntegratorAPIKey replaces the hash of the integrator's API key.
+	SetIntegratorAPIKey(ctx context.Context, id, hash string) error
 	IntegratorSecrets(ctx context.Context, id string) (IntegratorSecrets, error)
 	IntegratorByAPIKey(ctx context.Context, hash string) (Integrator, error)
 	Integrator(ctx context.Context, id string) (Integrator, error)
@@ -258,6 +266,25 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 	delete(s.secrets, id)
 	s.mu.Unlock()
 	return RotatedSecret{Segredo: secret, AnteriorValidoAte: until}, nil
+}
+
+// RotateAPIKey gives the integrator a new API key. Unlike the signing
+// secret it has no grace period: a key is rotated because it leaked or a
+// person left, and then the old one must stop at once. Commands with it get
+// 401 until the CAD uses the new one; deliveries are not affected.
+func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (RotatedAPIKey, error) {
+	if _, err := s.Get(ctx, id); err != nil {
+		return RotatedAPIKey{}, err
+	}
+	key := APIKeyPrefix + randomString(32)
+	err := s.Store.SetIntegratorAPIKey(ctx, id, hashToken(key))
+	if errors.Is(err, ErrNotFound) {
+		return RotatedAPIKey{}, Errorf(ENotFound, "integrador %s não existe", id)
+	}
+	if err != nil {
+		return RotatedAPIKey{}, err
+	}
+	return RotatedAPIKey{APIKey: key}, nil
 }
 
 // Secrets returns the secrets that sign a delivery now: the current one and,

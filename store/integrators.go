@@ -119,6 +119,20 @@ func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.Integrat
 	})
 }
 
+// SetIntegratorAPIKey implements app.IntegratorStore.
+func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(`UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`, hash, ms(db.now()), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
 // IntegratorSecrets implements app.IntegratorStore.
 func (db *DB) IntegratorSecrets(ctx context.Context, id string) (app.IntegratorSecrets, error) {
 	var s app.IntegratorSecrets

@@ -146,6 +146,9 @@ func TestQueryPlans(t *testing.T) {
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},
 		{name: "SetDLQStatus (writer)", sql: planSetDLQStatusSQL,
 			args: []any{app.DLQResolved, ms(ts), ids.event, "colonia-1"}},
+		// Writer statements (integrators.go).
+		{name: "SetIntegratorAPIKey (writer)", sql: `UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`,
+			file: "integrators.go", args: []any{"hash", ms(ts), "int-1"}},
 		// Writer statements (sessions.go).
 		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "sessions.go",
 			args: []any{false, "op-1"}},

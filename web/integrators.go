@@ -55,6 +55,16 @@ func (s *Server) patchIntegrator(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, in)
 }
 
+func (s *Server) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
+	rot, err := s.Integrators.RotateAPIKey(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, rot)
+}
+
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	rot, err := s.Integrators.RotateSecret(r.Context(), r.PathValue("id"))
 	if err != nil {

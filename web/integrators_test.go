@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"geohub/app"
 )
 
@@ -121,6 +123,25 @@ func TestIntegratorsCadastro(t *testing.T) {
 			t.Fatal("the previous secret outlived its grace period")
 		}
 
+		// A new API key works at once and the old one stops at once.
+		var rk app.RotatedAPIKey
+		keyRes := env.do(t, http.MethodPost, "/api/integradores/"+created.ID+"/api_key/rotacionar", app.PapelAdmin, nil).want(t, 200)
+		keyRes.decode(t, &rk)
+		if !strings.HasPrefix(rk.APIKey, "gk_") || rk.APIKey == created.APIKey {
+			t.Fatalf("rotated key %q", rk.APIKey)
+		}
+		if cc := keyRes.Header.Get("Cache-Control"); cc != "no-store" {
+			t.Fatalf("Cache-Control %q on the answer that shows a key", cc)
+		}
+		someOcorrencia := "/api/ocorrencias/" + uuid.NewString()
+		env.doAuth(t, http.MethodGet, someOcorrencia, "Bearer "+created.APIKey, nil).want(t, 401)
+		env.doAuth(t, http.MethodGet, someOcorrencia, "Bearer "+rk.APIKey, nil).want(t, 404)
+		if cur, _, err := env.Integrators.Secrets(t.Context(), created.ID); err != nil || string(cur) != rs.Segredo {
+			t.Fatal("an API key rotation changed the signing secret")
+		}
+		env.run(t, apiScenario{method: http.MethodPost, route: "/api/integradores/" + created.ID + "/api_key/rotacionar",
+			role: app.PapelOperador, status: 403})
+
 		var patched app.Integrator
 		env.do(t, http.MethodPatch, "/api/integradores/"+created.ID, app.PapelAdmin, map[string]any{"ativo": false}).
 			want(t, 200).decode(t, &patched)
@@ -136,4 +157,6 @@ func TestIntegratorsCadastro(t *testing.T) {
 		role: app.PapelLeitor, status: 404, codigo: app.ENotFound})
 	env.run(t, apiScenario{name: "unknown integrator rotation", method: http.MethodPost,
 		route: "/api/integradores/nada/segredo/rotacionar", role: app.PapelAdmin, status: 404})
+	env.run(t, apiScenario{name: "unknown integrator API key rotation", method: http.MethodPost,
+		route: "/api/integradores/nada/api_key/rotacionar", role: app.PapelAdmin, status: 404})
 }

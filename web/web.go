@@ -73,6 +73,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/integradores/{id}", s.authed(read, s.getIntegrator))
 	mux.Handle("PATCH /api/integradores/{id}", s.authed(admin, s.patchIntegrator))
 	mux.Handle("POST /api/integradores/{id}/segredo/rotacionar", s.authed(admin, s.rotateSecret))
+	mux.Handle("POST /api/integradores/{id}/api_key/rotacionar", s.authed(admin, s.rotateAPIKey))
 
 	mux.Handle("POST /api/integradores/{id}/verificar", s.authed(admin, s.verifyIntegrator))
 	mux.Handle("GET /api/entregas", s.authed(read, s.listDeliveries))

@@ -260,6 +260,35 @@ func TestConsoleAdminIntegradores(t *testing.T) {
 		assertNoSecret(t, ctx, "the integrator page after rotation", novo, segredo)
 	})
 
+	t.Run("a new API key is shown once and the old one stops at once", func(t *testing.T) {
+		do(t, ctx, "open CAD Bombeiros", chromedp.Navigate(base+"/integradores/"+id), chromedp.WaitVisible(css(`h1.com-selo`)),
+			answerConfirms, chromedp.Click(css(`form[action$="/api_key/rotacionar"] button`)), chromedp.WaitVisible(css(`#api-key`)))
+		askedOnce(t, ctx, "Gerar uma nova chave de API para CAD Bombeiros?")
+		chave := text(t, ctx, `#api-key`)
+		if !strings.HasPrefix(chave, app.APIKeyPrefix) || chave == apiKey {
+			t.Fatalf("new API key %q (old %q)", chave, apiKey)
+		}
+		if body := text(t, ctx, `main`); !strings.Contains(body, "Guarde agora: não será mostrada de novo") {
+			t.Error("the key page does not say it is shown once")
+		}
+		// A command route answers 401 to the old key and 404 (known key,
+		// unknown ocorrência) to the new one.
+		for key, want := range map[string]int{apiKey: http.StatusUnauthorized, chave: http.StatusNotFound} {
+			req, _ := http.NewRequest(http.MethodGet, base+"/api/ocorrencias/0199bb3e-0000-7000-8000-000000000001", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != want {
+				t.Errorf("GET with the %s key: %d, want %d", map[bool]string{true: "old", false: "new"}[key == apiKey], res.StatusCode, want)
+			}
+		}
+		do(t, ctx, "back to the integrator", chromedp.Click(css(`main a.botao.primario`)), chromedp.WaitVisible(css(`h1.com-selo`)))
+		assertNoSecret(t, ctx, "the integrator page after the key rotation", chave, apiKey)
+	})
+
 	t.Run("verify against a receiver answering 204", func(t *testing.T) {
 		before := len(cad.received())
 		do(t, ctx, "verify", chromedp.Click(css(`form[action$="/verificar"] button`)), chromedp.WaitVisible(css(`div.aviso-ok`)))
@@ -441,6 +470,7 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 		forged := map[string]map[string]string{
 			"/integradores/" + id + "/verificar":           {},
 			"/integradores/" + id + "/segredo/rotacionar":  {},
+			"/integradores/" + id + "/api_key/rotacionar":  {},
 			"/integradores/" + id + "/ativo":               {"ativo": "nao"},
 			"/integradores/" + id:                          {"callback_url": "http://127.0.0.1:9/x", "hosts_permitidos": "127.0.0.1"},
 			"/integradores":                                {"nome": "Intruso", "callback_url": cad.callback(), "hosts_permitidos": "127.0.0.1"},

@@ -119,6 +119,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /integradores/{id}", c.authed(admins, c.updateIntegrator))
 	mux.Handle("POST /integradores/{id}/ativo", c.authed(admins, c.setIntegratorActive))
 	mux.Handle("POST /integradores/{id}/segredo/rotacionar", c.authed(admins, c.rotateSecret))
+	mux.Handle("POST /integradores/{id}/api_key/rotacionar", c.authed(admins, c.rotateAPIKey))
 	mux.Handle("POST /integradores/{id}/verificar", c.authed(admins, c.verifyIntegrator))
 	mux.Handle("GET /registro", c.authed(readers, c.registry))
 	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.registryType))

@@ -86,12 +86,17 @@ func (c *Console) integrator(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status int, in app.Integrator, f form, v *verification) {
 	p := c.page(r, in.Nome, "integradores")
-	token := ""
+	var tokens rotationTokens
 	if isAdmin(p) {
-		token = pending.issue()
+		tokens = rotationTokens{Segredo: pending.issue(), Chave: pending.issue()}
 	}
-	c.render(w, r, status, integratorPage(p, in, f, token, v))
+	c.render(w, r, status, integratorPage(p, in, f, tokens, v))
 }
+
+// rotationTokens are the one-time tokens of the integrator page's two
+// rotation forms: each has its own, so a reload cannot repeat either and
+// using one leaves the other usable.
+type rotationTokens struct{ Segredo, Chave string }
 
 // editFormOf fills the edit form with the stored values.
 func editFormOf(in app.Integrator) form {
@@ -187,6 +192,28 @@ func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	}
 	pending.done(token, in.ID)
 	c.render(w, r, http.StatusOK, rotatedPage(c.page(r, in.Nome, "integradores"), in, rot))
+}
+
+func (c *Console) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
+	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	token := r.PostFormValue("envio")
+	if done, ok := pending.claim(token); !ok {
+		c.render(w, r, http.StatusConflict, alreadySentPage(c.page(r, in.Nome, "integradores"), "Esta troca já foi feita",
+			"A chave de API deste pedido já foi gerada e mostrada uma única vez; ela não aparece de novo. Se não a guardou, gere outra.", done))
+		return
+	}
+	rot, err := c.Integrators.RotateAPIKey(r.Context(), in.ID)
+	if err != nil {
+		pending.release(token)
+		c.fail(w, r, err)
+		return
+	}
+	pending.done(token, in.ID)
+	c.render(w, r, http.StatusOK, rotatedKeyPage(c.page(r, in.Nome, "integradores"), in, rot))
 }
 
 // verification is the outcome of a verificar, shown on the integrator's page.
