@@ -29,9 +29,10 @@ type SessionStore interface {
 	// of the operator but keepSession.
 	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
 	Operators(ctx context.Context) ([]Operator, error)
-	// SetOperatorActive enables or disables an account; disabling ends its
-	// sessions. ErrNotFound for an unknown id.
-	SetOperatorActive(ctx context.Context, operadorID string, ativo bool) error
+	// SetOperatorActive enables or disables an account and ends its
+	// sessions, if actorID is an active admin when it commits (EForbidden
+	// otherwise). ErrNotFound for an unknown id.
+	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error
 }
 
 // Console login limits: after loginMaxFailures failed attempts within
@@ -113,12 +114,12 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
 		return "", Operator{}, errBadLogin
 	}
+	s.release(keys, now) // the right password: no guess to count
 	if !o.Ativo {
 		// Said only to whoever knows the password: the owner, who should
 		// know why the door is closed.
 		return "", Operator{}, Errorf(EUnauthorized, "esta conta está desativada; fale com um administrador")
 	}
-	s.release(keys, now)
 	secret := sessionPrefix + randomString(32)
 	ttl := s.TTL
 	if ttl <= 0 {
@@ -319,15 +320,14 @@ func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, pape
 	return o, nil
 }
 
-// SetActive enables or disables the account id on behalf of actor (an
-// admin, checked by the caller). Nobody disables their own account: that
-// also keeps the last active admin from locking everyone out, as only an
-// admin can disable another.
+// SetActive enables or disables the account id on behalf of actor, who
+// must be an active admin when the change commits. Nobody disables their
+// own account: with that check, an active admin always remains.
 func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ativo bool) error {
 	if !ativo && id == actor.ID {
 		return Errorf(EConflict, "você não pode desativar a própria conta")
 	}
-	err := s.Store.SetOperatorActive(ctx, id, ativo)
+	err := s.Store.SetOperatorActive(ctx, actor.ID, id, ativo)
 	if errors.Is(err, ErrNotFound) {
 		return Errorf(ENotFound, "operador %s não existe", id)
 	}

@@ -150,6 +150,8 @@ func TestQueryPlans(t *testing.T) {
 		{name: "SetIntegratorAPIKey (writer)", sql: `UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`,
 			file: "integrators.go", args: []any{"hash", ms(ts), "int-1"}},
 		// Writer statements (sessions.go).
+		{name: "SetOperatorActive actor (writer)", sql: `SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
+			file: "sessions.go", args: []any{"op-1"}},
 		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "sessions.go",
 			args: []any{false, "op-1"}},
 		{name: "SetOperatorActive sessions (writer)", sql: `DELETE FROM operator_session WHERE operador_id = ?`,

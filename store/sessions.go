@@ -83,10 +83,21 @@ func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 	return out, rows.Err()
 }
 
-// SetOperatorActive implements app.SessionStore. Deactivating deletes the
-// operator's sessions in the same transaction.
-func (db *DB) SetOperatorActive(ctx context.Context, operadorID string, ativo bool) error {
+// SetOperatorActive implements app.SessionStore. The actor must still be an
+// active admin when the change commits: two admins deactivating each other
+// at once would otherwise both succeed and leave nobody to undo it. The
+// account's sessions go either way, so a login that raced a deactivation
+// cannot come back with a later reactivation.
+func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error {
 	return db.do(ctx, func(tx *wtx) error {
+		var admins int
+		if err := tx.QueryRow(`SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
+			actorID).Scan(&admins); err != nil {
+			return err
+		}
+		if admins == 0 {
+			return app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
+		}
 		res, err := tx.Exec(`UPDATE operator SET ativo = ? WHERE id = ?`, ativo, operadorID)
 		if err != nil {
 			return err
@@ -94,9 +105,7 @@ func (db *DB) SetOperatorActive(ctx context.Context, operadorID string, ativo bo
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		if !ativo {
-			_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
-		}
+		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
 		return err
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,65 @@ func TestOperatorDeactivation(t *testing.T) {
 		}
 		if res, _ := get(t, c, srv.URL+"/"); res.StatusCode != http.StatusOK {
 			t.Fatalf("page after reactivation: %d", res.StatusCode)
+		}
+	})
+	t.Run("a form without sim or nao changes nothing", func(t *testing.T) {
+		if res, _ := post(t, admin, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("no ativo field: %d", res.StatusCode)
+		}
+		c := client(t)
+		if res, _ := tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("fulana was deactivated by a form without ativo: %d", res.StatusCode)
+		}
+	})
+	t.Run("two admins deactivating each other at once leave one of them active", func(t *testing.T) {
+		if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {"beltrano"}, "papel": {"admin"},
+			"senha": {"senha-do-beltrano-1"}, "confirma": {"senha-do-beltrano-1"}}); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("create a second admin: %d %s", res.StatusCode, body)
+		}
+		other := client(t)
+		tryLogin(t, srv, other, "beltrano", "senha-do-beltrano-1", "/")
+		_, home := get(t, other, srv.URL+"/")
+		m := csrfField.FindStringSubmatch(home)
+		if m == nil {
+			t.Fatal("no csrf for beltrano")
+		}
+		ids := map[string]string{}
+		ops, err := db.Operators(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range ops {
+			ids[o.Login] = o.ID
+		}
+		codes := make(chan int, 2)
+		for _, c := range []struct {
+			cl         *http.Client
+			csrf, whom string
+		}{{admin, csrf, ids["beltrano"]}, {other, m[1], ids["admin"]}} {
+			go func() {
+				res, err := c.cl.PostForm(srv.URL+"/operadores/"+c.whom+"/ativo", url.Values{"csrf": {c.csrf}, "ativo": {"nao"}})
+				if err != nil {
+					codes <- 0
+					return
+				}
+				res.Body.Close()
+				codes <- res.StatusCode
+			}()
+		}
+		got := []int{<-codes, <-codes}
+		slices.Sort(got)
+		// One succeeds; the other either finds its own session gone (303
+		// to /login) or its account no longer an active admin (403).
+		ops, _ = db.Operators(t.Context())
+		active := 0
+		for _, o := range ops {
+			if o.Papel == app.PapelAdmin && o.Ativo {
+				active++
+			}
+		}
+		if active != 1 {
+			t.Fatalf("%d active admins after a mutual deactivation (answers %v), want 1", active, got)
 		}
 	})
 	t.Run("an operador cannot deactivate anyone", func(t *testing.T) {

@@ -59,7 +59,15 @@ func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
 
 // setOperatorActive is the one-click enable/disable of an account.
 func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
-	ativo := r.PostFormValue("ativo") == "sim"
+	var ativo bool
+	switch r.PostFormValue("ativo") {
+	case "sim":
+		ativo = true
+	case "nao":
+	default:
+		c.fail(w, r, app.Errorf(app.EInvalid, "o campo ativo deve ser sim ou nao"))
+		return
+	}
 	if err := c.Sessions.SetActive(r.Context(), sessionOf(r).op, r.PathValue("id"), ativo); err != nil {
 		c.fail(w, r, err)
 		return
