@@ -273,13 +273,17 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 // person left, and then the old one must stop at once. Commands with it get
 // 401 until the CAD uses the new one; deliveries are not affected.
 func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (RotatedAPIKey, error) {
+	// Serialised with the other cadastro changes: two rotations at once
+	// run one after the other, and the key shown last is the one that works.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	if _, err := s.Get(ctx, id); err != nil {
 		return RotatedAPIKey{}, err
 	}
 	key := APIKeyPrefix + randomString(32)
 	err := s.Store.SetIntegratorAPIKey(ctx, id, hashToken(key))
 	if errors.Is(err, ErrNotFound) {
-		return RotatedAPIKey{}, Errorf(ENotFound, "integrador %s não existe", id)
+		return RotatedAPIKey{}, Errorf(ENotFound, "integrador não encontrado")
 	}
 	if err != nil {
 		return RotatedAPIKey{}, err

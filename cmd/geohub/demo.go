@@ -120,7 +120,7 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 		// demo integrator keeps it disabled.
 		_, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback})
 		if err == nil {
-			return creds, nil
+			return d.keepKey(ctx, path, creds)
 		}
 		if app.ErrorCode(err) != app.ENotFound {
 			return creds, fmt.Errorf("update demo integrator: %w", err)
@@ -135,11 +135,33 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 		return creds, fmt.Errorf("create demo integrator: %w", err)
 	}
 	creds = demoCredentials{ID: created.ID, APIKey: created.APIKey}
-	raw, err = json.Marshal(creds)
-	if err != nil {
+	return creds, saveDemoCredentials(path, creds)
+}
+
+// keepKey makes sure the stored API key still works. Only its hash is in
+// the database, so after a key replaced on the console the simulator's
+// commands would get 401 on every later start; the demo takes a new key
+// instead (the running simulator keeps the old one until the next start).
+func (d *demo) keepKey(ctx context.Context, path string, creds demoCredentials) (demoCredentials, error) {
+	_, err := d.integrators.Authenticate(ctx, creds.APIKey)
+	if app.ErrorCode(err) != app.EUnauthorized {
 		return creds, err
 	}
-	return creds, writeFileAtomic(path, raw)
+	rot, err := d.integrators.RotateAPIKey(ctx, creds.ID)
+	if err != nil {
+		return creds, fmt.Errorf("renew the demo integrator's API key: %w", err)
+	}
+	d.logger.Info("the demo integrator's API key was replaced; the demo took a new one", "integrador", creds.ID)
+	creds.APIKey = rot.APIKey
+	return creds, saveDemoCredentials(path, creds)
+}
+
+func saveDemoCredentials(path string, creds demoCredentials) error {
+	raw, err := json.Marshal(creds)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, raw)
 }
 
 // jornadas publishes shifts starting and ending, in-process, as a rostering

@@ -255,24 +255,27 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 	data := t.TempDir()
 	admin := ""
 	client := &http.Client{Timeout: 10 * time.Second}
+	concluded := 0 // command outcomes delivered by the end of the first run
 	for run := range 2 {
 		srv := startServer(t, data, "--demo")
 		if admin == "" {
 			admin = lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
 		}
 		// Within seconds the simulator has registered an ocorrência, and its
-		// outcome has been delivered back to it.
+		// outcome has been delivered back to it. After the restart, its
+		// commands work again although its API key was replaced in between.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var page struct {
 				Linhas []struct{ Tipo, Status string }
 			}
 			json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/entregas?limite=500&status=entregue", admin, ""), &page)
-			seen := map[string]bool{}
+			seen := map[string]int{}
 			for _, d := range page.Linhas {
-				seen[d.Tipo] = true
+				seen[d.Tipo]++
 			}
-			if seen["ocorrencia:registrada"] && seen["integracao:comando-concluido"] && (run == 0 || len(page.Linhas) > 4) {
+			if seen["ocorrencia:registrada"] > 0 && seen["integracao:comando-concluido"] > concluded {
+				concluded = seen["integracao:comando-concluido"]
 				break
 			}
 			if time.Now().After(deadline) {
@@ -284,6 +287,10 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/integradores", admin, ""), &list)
 		if len(list.Integradores) != 1 {
 			t.Fatalf("run %d: %d integrators, want the one demo integrator reused", run, len(list.Integradores))
+		}
+		if run == 0 {
+			// An admin replaces the demo integrator's key on the console.
+			apiCall(t, client, "POST", "http://"+srv.addr+"/api/integradores/"+list.Integradores[0].ID+"/api_key/rotacionar", admin, "")
 		}
 		srv.cmd.Process.Signal(os.Interrupt)
 		if err := srv.cmd.Wait(); err != nil {
