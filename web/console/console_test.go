@@ -191,6 +191,21 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 
 var activeForm = regexp.MustCompile(`action="/operadores/([^/"]+)/ativo"`)
 
+// signInAs logs in as login, checks the console opens, and returns the
+// session's CSRF token.
+func signInAs(t *testing.T, srv *httptest.Server, c *http.Client, login, senha string) string {
+	t.Helper()
+	if res, _ := tryLogin(t, srv, c, login, senha, "/"); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("%s's login: %d", login, res.StatusCode)
+	}
+	res, home := get(t, c, srv.URL+"/")
+	m := csrfField.FindStringSubmatch(home)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("%s's first page: %d", login, res.StatusCode)
+	}
+	return m[1]
+}
+
 func TestOperatorDeactivation(t *testing.T) {
 	srv, db := consoleServerDB(t)
 	admin := client(t)
@@ -200,12 +215,7 @@ func TestOperatorDeactivation(t *testing.T) {
 		t.Fatalf("create operator: %d %s", res.StatusCode, body)
 	}
 	fulana := client(t)
-	if res, _ := tryLogin(t, srv, fulana, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("fulana's login: %d", res.StatusCode)
-	}
-	if res, _ := get(t, fulana, srv.URL+"/"); res.StatusCode != http.StatusOK {
-		t.Fatalf("fulana's first page: %d", res.StatusCode)
-	}
+	signInAs(t, srv, fulana, "fulana", "senha-da-fulana-1")
 
 	// One form, fulana's: nobody gets a button for their own account.
 	_, page := get(t, admin, srv.URL+"/operadores")
@@ -270,22 +280,13 @@ func TestOperatorDeactivation(t *testing.T) {
 		if res, body := setActive(admin, id, "sim"); res.StatusCode != http.StatusSeeOther {
 			t.Fatalf("reactivate: %d %s", res.StatusCode, body)
 		}
-		c := client(t)
-		if res, _ := tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
-			t.Fatalf("login after reactivation: %d", res.StatusCode)
-		}
-		if res, _ := get(t, c, srv.URL+"/"); res.StatusCode != http.StatusOK {
-			t.Fatalf("page after reactivation: %d", res.StatusCode)
-		}
+		signInAs(t, srv, client(t), "fulana", "senha-da-fulana-1")
 	})
 	t.Run("a form without sim or nao changes nothing", func(t *testing.T) {
 		if res, _ := post(t, admin, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusUnprocessableEntity {
 			t.Fatalf("no ativo field: %d", res.StatusCode)
 		}
-		c := client(t)
-		if res, _ := tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/"); res.StatusCode != http.StatusSeeOther {
-			t.Fatalf("fulana was deactivated by a form without ativo: %d", res.StatusCode)
-		}
+		signInAs(t, srv, client(t), "fulana", "senha-da-fulana-1") // still active
 	})
 	t.Run("two admins deactivating each other at once leave one of them active", func(t *testing.T) {
 		if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {"beltrano"}, "papel": {"admin"},
@@ -293,12 +294,7 @@ func TestOperatorDeactivation(t *testing.T) {
 			t.Fatalf("create a second admin: %d %s", res.StatusCode, body)
 		}
 		other := client(t)
-		tryLogin(t, srv, other, "beltrano", "senha-do-beltrano-1", "/")
-		_, home := get(t, other, srv.URL+"/")
-		m := csrfField.FindStringSubmatch(home)
-		if m == nil {
-			t.Fatal("no csrf for beltrano")
-		}
+		otherCSRF := signInAs(t, srv, other, "beltrano", "senha-do-beltrano-1")
 		ids := map[string]string{}
 		ops, err := db.Operators(t.Context())
 		if err != nil {
@@ -311,7 +307,7 @@ func TestOperatorDeactivation(t *testing.T) {
 		for _, c := range []struct {
 			cl         *http.Client
 			csrf, whom string
-		}{{admin, csrf, ids["beltrano"]}, {other, m[1], ids["admin"]}} {
+		}{{admin, csrf, ids["beltrano"]}, {other, otherCSRF, ids["admin"]}} {
 			go func() {
 				res, err := c.cl.PostForm(srv.URL+"/operadores/"+c.whom+"/ativo", url.Values{"csrf": {c.csrf}, "ativo": {"nao"}})
 				if err != nil {
@@ -339,13 +335,8 @@ func TestOperatorDeactivation(t *testing.T) {
 	})
 	t.Run("an operador cannot deactivate anyone", func(t *testing.T) {
 		c := client(t)
-		tryLogin(t, srv, c, "fulana", "senha-da-fulana-1", "/")
-		_, home := get(t, c, srv.URL+"/")
-		m := csrfField.FindStringSubmatch(home)
-		if m == nil {
-			t.Fatal("no csrf for fulana")
-		}
-		res, _ := post(t, c, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {m[1]}, "ativo": {"nao"}})
+		token := signInAs(t, srv, c, "fulana", "senha-da-fulana-1")
+		res, _ := post(t, c, srv.URL+"/operadores/"+id+"/ativo", url.Values{"csrf": {token}, "ativo": {"nao"}})
 		if res.StatusCode != http.StatusForbidden {
 			t.Fatalf("an operador's deactivation: %d", res.StatusCode)
 		}

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/a-h/templ"
 
 	"geohub/app"
 )
@@ -173,47 +176,47 @@ func (c *Console) setIntegratorActive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {
-	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	token := r.PostFormValue("envio")
-	if done, ok := pending.claim(token); !ok {
-		c.render(w, r, http.StatusConflict, alreadySentPage(c.page(r, in.Nome, "integradores"), "Esta rotação já foi feita",
-			"O segredo deste pedido já foi gerado e mostrado uma única vez; ele não aparece de novo. Se não o guardou, rotacione outra vez.", done))
-		return
-	}
-	rot, err := c.Integrators.RotateSecret(r.Context(), in.ID)
-	if err != nil {
-		pending.release(token)
-		c.fail(w, r, err)
-		return
-	}
-	pending.done(token, in.ID)
-	c.render(w, r, http.StatusOK, rotatedPage(c.page(r, in.Nome, "integradores"), in, rot))
+	c.rotateOnce(w, r, "Esta rotação já foi feita",
+		"O segredo deste pedido já foi gerado e mostrado uma única vez; ele não aparece de novo. Se não o guardou, rotacione outra vez.",
+		func(ctx context.Context, p page, in app.Integrator) (templ.Component, error) {
+			rot, err := c.Integrators.RotateSecret(ctx, in.ID)
+			return rotatedPage(p, in, rot), err
+		})
 }
 
 func (c *Console) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
+	c.rotateOnce(w, r, "Esta troca já foi feita",
+		"A chave de API deste pedido já foi gerada e mostrada uma única vez; ela não aparece de novo. Se não a guardou, gere outra.",
+		func(ctx context.Context, p page, in app.Integrator) (templ.Component, error) {
+			rot, err := c.Integrators.RotateAPIKey(ctx, in.ID)
+			return rotatedKeyPage(p, in, rot), err
+		})
+}
+
+// rotateOnce runs a rotation of one of the integrator's credentials at most
+// once per form token: a reload or a second click gets a page saying it was
+// done (title, msg), never a second credential or the first one again.
+func (c *Console) rotateOnce(w http.ResponseWriter, r *http.Request, title, msg string,
+	rotate func(ctx context.Context, p page, in app.Integrator) (templ.Component, error)) {
 	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
+	p := c.page(r, in.Nome, "integradores")
 	token := r.PostFormValue("envio")
 	if done, ok := pending.claim(token); !ok {
-		c.render(w, r, http.StatusConflict, alreadySentPage(c.page(r, in.Nome, "integradores"), "Esta troca já foi feita",
-			"A chave de API deste pedido já foi gerada e mostrada uma única vez; ela não aparece de novo. Se não a guardou, gere outra.", done))
+		c.render(w, r, http.StatusConflict, alreadySentPage(p, title, msg, done))
 		return
 	}
-	rot, err := c.Integrators.RotateAPIKey(r.Context(), in.ID)
+	shown, err := rotate(r.Context(), p, in)
 	if err != nil {
 		pending.release(token)
 		c.fail(w, r, err)
 		return
 	}
 	pending.done(token, in.ID)
-	c.render(w, r, http.StatusOK, rotatedKeyPage(c.page(r, in.Nome, "integradores"), in, rot))
+	c.render(w, r, http.StatusOK, shown)
 }
 
 // verification is the outcome of a verificar, shown on the integrator's page.
