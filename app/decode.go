@@ -27,7 +27,6 @@ func DecodeJSON(r io.Reader, v any) error {
 		return Errorf(EMalformed, "JSON malformado: há dados após o objeto")
 	}
 	var maxErr *http.MaxBytesError
-	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &maxErr):
@@ -36,16 +35,45 @@ func DecodeJSON(r io.Reader, v any) error {
 		return &Error{Code: EMalformed, Message: fmt.Sprintf("JSON malformado na posição %d", syntaxErr.Offset), Err: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return Errorf(EMalformed, "JSON malformado: corpo vazio ou incompleto")
+	}
+	if e := fieldError("", err); e != nil {
+		return e
+	}
+	return &Error{Code: EMalformed, Message: "JSON malformado", Err: err}
+}
+
+// nestedError is a field error from inside an object decoded by its own
+// UnmarshalJSON, which encoding/json reports without the object's path.
+type nestedError struct {
+	path string // JSON Pointer of the object
+	err  error
+}
+
+func (e *nestedError) Error() string { return e.path + ": " + e.err.Error() }
+func (e *nestedError) Unwrap() error { return e.err }
+
+// fieldError turns a wrongly typed or unknown field into a 422 naming its
+// path under prefix, or returns nil for any other error.
+func fieldError(prefix string, err error) *Error {
+	var nested *nestedError
+	if errors.As(err, &nested) {
+		return fieldError(prefix+nested.path, nested.err)
+	}
+	var typeErr *json.UnmarshalTypeError
+	switch {
 	case errors.As(err, &typeErr):
-		path := "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
+		path := prefix
+		if typeErr.Field != "" {
+			path += "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
+		}
 		return &Error{Code: EInvalid, Message: "tipo de campo inválido",
 			Details: []Detail{{Caminho: path, Mensagem: fmt.Sprintf("deve ser %s", jsonKind(typeErr.Type.Kind().String()))}}}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return &Error{Code: EInvalid, Message: "campo desconhecido",
-			Details: []Detail{{Caminho: "/" + field, Mensagem: "campo desconhecido"}}}
+			Details: []Detail{{Caminho: prefix + "/" + field, Mensagem: "campo desconhecido"}}}
 	}
-	return &Error{Code: EMalformed, Message: "JSON malformado", Err: err}
+	return nil
 }
 
 func jsonKind(goKind string) string {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -10,6 +11,19 @@ import (
 type Autoria struct {
 	ID   string `json:"id"`
 	Tipo string `json:"tipo"` // usuario | integrador | sistema
+}
+
+// UnmarshalJSON decodes strictly, as the envelope around it is decoded,
+// so that an unknown or wrongly typed field is reported at /autoria/...:
+// encoding/json names only the key of an unknown field, wherever it is.
+func (a *Autoria) UnmarshalJSON(b []byte) error {
+	type fields Autoria // without this method
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode((*fields)(a)); err != nil {
+		return &nestedError{path: "/autoria", err: err}
+	}
+	return nil
 }
 
 // Event is a record of the log (EventoConsultado). Payload is the redacted

@@ -509,6 +509,10 @@ func TestPublishRefusesBadInputAndLeavesTheLogUnchanged(t *testing.T) {
 		{"an unknown top-level field is refused", valid(func(b map[string]any) { b["prioridade"] = "alta" }), 422, app.EInvalid, []string{"/prioridade"}},
 		{"a wrongly typed field is refused", `{"tipo":5,"origem":"rh","payload":{}}`, 422, app.EInvalid, []string{"/tipo"}},
 		{"a wrongly typed nested field is refused", valid(func(b map[string]any) { b["autoria"] = map[string]any{"id": 7, "tipo": "usuario"} }), 422, app.EInvalid, []string{"/autoria/id"}},
+		{"an unknown nested field is named with its path", valid(func(b map[string]any) {
+			b["autoria"] = map[string]any{"id": "u1", "tipo": "usuario", "cargo": "chefe"}
+		}), 422, app.EInvalid, []string{"/autoria/cargo"}},
+		{"a nested object of the wrong type is named", valid(func(b map[string]any) { b["autoria"] = "u1" }), 422, app.EInvalid, []string{"/autoria"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
