@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,17 @@ func DecodeJSON(r io.Reader, v any) error {
 		return e
 	}
 	return &Error{Code: EMalformed, Message: "JSON malformado", Err: err}
+}
+
+// decodeNested decodes b strictly into v, for an UnmarshalJSON method: its
+// field errors carry path, the JSON Pointer of the object being decoded.
+func decodeNested(b []byte, v any, path string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &nestedError{path: path, err: err}
+	}
+	return nil
 }
 
 // nestedError is a field error from inside an object decoded by its own

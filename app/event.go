@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -18,12 +17,7 @@ type Autoria struct {
 // encoding/json names only the key of an unknown field, wherever it is.
 func (a *Autoria) UnmarshalJSON(b []byte) error {
 	type fields Autoria // without this method
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode((*fields)(a)); err != nil {
-		return &nestedError{path: "/autoria", err: err}
-	}
-	return nil
+	return decodeNested(b, (*fields)(a), "/autoria")
 }
 
 // Event is a record of the log (EventoConsultado). Payload is the redacted

@@ -44,6 +44,26 @@ type TypeVersion struct {
 	CriadoEm  time.Time       `json:"criado_em"`
 }
 
+// UnmarshalJSON decodes strictly and names an unknown field inside redacao
+// at /redacao/... (see Autoria.UnmarshalJSON).
+func (tv *TypeVersion) UnmarshalJSON(b []byte) error {
+	type fields TypeVersion // without this method
+	err := decodeNested(b, (*fields)(tv), "")
+	if err == nil {
+		return nil
+	}
+	// The unknown key may be at the top or inside redacao: look there.
+	var inner struct {
+		Redacao json.RawMessage `json:"redacao"`
+	}
+	if json.Unmarshal(b, &inner) == nil && inner.Redacao != nil {
+		if rerr := decodeNested(inner.Redacao, new(redact.Rules), "/redacao"); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
 // RegistryStore keeps type versions.
 type RegistryStore interface {
 	TypeVersions(ctx context.Context) ([]TypeVersion, error)

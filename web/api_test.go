@@ -1113,6 +1113,16 @@ func TestRegistryManagesTypes(t *testing.T) {
 		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/tipo", "/versao", "/status"}},
 		{name: "an unknown field is refused", body: with(func(v map[string]any) { v["versao"] = "3.0.0"; v["dono"] = "rh" }),
 			status: 422, codigo: app.EInvalid, caminhos: []string{"/dono"}},
+		{name: "an unknown redaction field is named with its path", body: with(func(v map[string]any) {
+			v["versao"] = "3.0.0"
+			v["redacao"] = map[string]any{"manter": []string{"/ok"}, "mascarar": []string{"/cpf"}}
+		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/redacao/mascarar"}},
+		{name: "a wrongly typed redaction rule list is named", body: with(func(v map[string]any) {
+			v["versao"] = "3.0.0"
+			v["redacao"] = map[string]any{"hash": "/cpf"}
+		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/redacao/hash"}},
+		{name: "a wrongly typed audience is named", body: with(func(v map[string]any) { v["versao"] = "3.0.0"; v["audiencia"] = 3 }),
+			status: 422, codigo: app.EInvalid, caminhos: []string{"/audiencia"}},
 		{name: "malformed JSON is a bad request", body: `{"tipo":`, status: 400, codigo: app.EMalformed},
 	}
 	for _, sc := range tests {
