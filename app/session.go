@@ -26,7 +26,7 @@ type SessionStore interface {
 	SessionOperator(ctx context.Context, hash string, now time.Time) (Operator, error)
 	DeleteSession(ctx context.Context, hash string) error
 	// SetOperatorPassword changes a password and ends every other session
-	// of the operator but keepSession.
+	// of the operator but keepSession ("" keeps none).
 	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
 	Operators(ctx context.Context) ([]Operator, error)
 	// SetOperatorActive enables or disables an account and ends its
@@ -283,6 +283,28 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 		return err
 	}
 	return s.Store.SetOperatorPassword(ctx, o.ID, string(newHash), hashToken(secret))
+}
+
+// ResetPassword gives the account o a new random password, returned once,
+// and ends all its sessions: the way back in for someone who forgot theirs,
+// given by an admin on /operadores or by whoever runs the server (geohub
+// operator reset-password). The person should change it at /conta/senha.
+// Failed logins counted against the account are forgiven, in this process.
+func (s *Sessions) ResetPassword(ctx context.Context, o Operator) (string, error) {
+	senha := randomString(18)
+	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
+	if err != nil {
+		return "", err
+	}
+	err = s.Store.SetOperatorPassword(ctx, o.ID, string(hash), "")
+	if errors.Is(err, ErrNotFound) {
+		return "", Errorf(ENotFound, "operador %s não existe", o.Login)
+	}
+	if err != nil {
+		return "", err
+	}
+	s.release([]string{"login:" + o.Login}, s.Now())
+	return senha, nil
 }
 
 var loginPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{2,39}$`)

@@ -120,6 +120,41 @@ func TestSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("a reset password replaces the old one, ends every session and forgives failed logins", func(t *testing.T) {
+		op, err := s.CreateOperator(ctx, "joao.souza", "senha-do-joao", app.PapelLeitor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open, _, err := s.Login(ctx, "joao.souza", "senha-do-joao", "10.2.2.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			s.Login(ctx, "joao.souza", "esquecida-1", "10.2.2.2")
+		}
+		senha, err := s.ResetPassword(ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(senha) < app.MinPasswordLen {
+			t.Fatalf("a %d-character password", len(senha))
+		}
+		if _, err := s.Resolve(ctx, open); app.ErrorCode(err) != app.EUnauthorized {
+			t.Fatalf("a session survived the reset: %v", err)
+		}
+		if _, _, err := s.Login(ctx, "joao.souza", "senha-do-joao", "10.2.2.3"); app.ErrorCode(err) != app.EUnauthorized {
+			t.Fatalf("the old password still works: %v", err)
+		}
+		if _, _, err := s.Login(ctx, "joao.souza", senha, "10.2.2.3"); err != nil {
+			t.Fatalf("the new password: %v", err)
+		}
+		if again, err := s.ResetPassword(ctx, op); err != nil || again == senha {
+			t.Fatalf("a second reset gave %q, %v", again, err)
+		}
+		if _, err := s.ResetPassword(ctx, app.Operator{ID: "nao-existe", Login: "ninguem"}); app.ErrorCode(err) != app.ENotFound {
+			t.Fatalf("an unknown account: %v", err)
+		}
+	})
 	t.Run("operators are validated and unique", func(t *testing.T) {
 		_, err := s.CreateOperator(ctx, "X", "curta", "produtor")
 		e, ok := err.(*app.Error)

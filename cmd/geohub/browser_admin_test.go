@@ -434,6 +434,20 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 		screenshot(t, ctx, "operadores")
 	})
 
+	// The leitor signs in below with the password the reset shows.
+	var leitorSenha, leitorID string
+	t.Run("admin resets the leitor's forgotten password", func(t *testing.T) {
+		action := get(t, ctx, "reset form", chromedp.AttributeValue(css(`form[action$="/senha"]`), "action"))
+		leitorID = strings.TrimSuffix(strings.TrimPrefix(action.Value, "/operadores/"), "/senha")
+		do(t, ctx, "reset", answerConfirms, chromedp.Click(css(`form[action$="/senha"] button`)), chromedp.WaitVisible(css(`#senha-nova`)))
+		askedOnce(t, ctx, "Gerar uma nova senha para "+leitorLogin+"?")
+		leitorSenha = text(t, ctx, `#senha-nova`)
+		if len(leitorSenha) < 10 || leitorSenha == leitorPassword {
+			t.Fatalf("new password %q", leitorSenha)
+		}
+		screenshot(t, ctx, "senha-redefinida")
+	})
+
 	var id string
 	t.Run("admin creates an integrator", func(t *testing.T) {
 		do(t, ctx, "create", chromedp.Navigate(base+"/integradores/novo"), chromedp.WaitVisible(css(`input[name=nome]`)),
@@ -445,7 +459,7 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 
 	t.Run("a leitor sees everything read-only and a forged POST is 403", func(t *testing.T) {
 		do(t, ctx, "sign out", chromedp.Click(css(`.conta button`)), chromedp.WaitVisible(css(signedOut)))
-		login(t, ctx, base, leitorLogin, leitorPassword)
+		login(t, ctx, base, leitorLogin, leitorSenha)
 		if n := count(t, ctx, `nav.menu a[href="/operadores"]`); n != 0 {
 			t.Fatal("a leitor's menu has Operadores")
 		}
@@ -476,6 +490,7 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 			"/integradores":                                {"nome": "Intruso", "callback_url": cad.callback(), "hosts_permitidos": "127.0.0.1"},
 			"/registro/ocorrencia:registrada/1.0.0/status": {"status": "deprecado"},
 			"/operadores":                                  {"login": "intruso", "papel": "admin", "senha": "senha-do-intruso", "confirma": "senha-do-intruso"},
+			"/operadores/" + leitorID + "/senha":           {},
 		}
 		for path, form := range forged {
 			if res := postFromPage(t, ctx, path, form); res.Status != http.StatusForbidden {

@@ -147,6 +147,50 @@ func createToken(ctx context.Context, out io.Writer, data string, papel app.Pape
 	return nil
 }
 
+// resetPasswordCmd is the way back into the console for whoever runs the
+// server: an admin who forgot the password has nobody else to reset it.
+func resetPasswordCmd(ctx context.Context, args []string) error {
+	fs := newFlags("operator reset-password")
+	data := dataFlag(fs)
+	login := fs.String("login", "", "the console account whose password to replace")
+	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	if *login == "" {
+		return fmt.Errorf("--login is required")
+	}
+	return resetPassword(ctx, os.Stdout, *data, *login)
+}
+
+// resetPassword prints the new password alone on the last line of out, as
+// createToken prints a token.
+func resetPassword(ctx context.Context, out io.Writer, data, login string) error {
+	db, _, err := openData(ctx, data)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	o, _, err := db.OperatorByLogin(ctx, login)
+	if errors.Is(err, app.ErrNotFound) {
+		return fmt.Errorf("no console account with login %q", login)
+	}
+	if err != nil {
+		return err
+	}
+	sessions := &app.Sessions{Store: db, Now: time.Now}
+	senha, err := sessions.ResetPassword(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "senha de %s redefinida; as sessões da conta foram encerradas.\n", o.Login)
+	if !o.Ativo {
+		fmt.Fprintln(out, "atenção: a conta está desativada; um admin precisa reativá-la em /operadores.")
+	}
+	fmt.Fprintln(out, "guarde-a agora, ela não será mostrada de novo; troque-a no console em “Trocar senha”:")
+	fmt.Fprintln(out, senha)
+	return nil
+}
+
 func backupCmd(ctx context.Context, args []string) error {
 	fs := newFlags("backup")
 	data := dataFlag(fs)

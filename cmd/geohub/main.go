@@ -18,6 +18,7 @@ Commands:
   geohub migrate [--data DIR]
   geohub token create --papel admin|operador|leitor|produtor [--nome NAME] [--data DIR]
   geohub token revoke --id ID [--data DIR]
+  geohub operator reset-password --login LOGIN [--data DIR]
   geohub backup  --out FILE [--data DIR]
   geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
   geohub simulador --geohub URL --api-key K --secret S --integrador ID [--listen HOST:PORT]
@@ -53,6 +54,11 @@ func run(ctx context.Context, args []string) error {
 			return tokenRevokeCmd(ctx, args[2:])
 		}
 		return fmt.Errorf(`usage: geohub token create --papel ROLE [--nome NAME] [--data DIR] | geohub token revoke --id ID [--data DIR]`)
+	case "operator":
+		if len(args) >= 2 && args[1] == "reset-password" {
+			return resetPasswordCmd(ctx, args[2:])
+		}
+		return fmt.Errorf(`usage: geohub operator reset-password --login LOGIN [--data DIR]`)
 	case "backup":
 		return backupCmd(ctx, args[1:])
 	case "verify-signature":

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -353,5 +355,79 @@ func TestMemoryLimitFollowsTheCgroup(t *testing.T) {
 		if got := memoryLimit(def, c.file); got != c.want {
 			t.Errorf("memoryLimit(%s) = %d, want %d", c.file, got, c.want)
 		}
+	}
+}
+
+// consoleLogin signs in on the console's login form and says whether it
+// let the browser in (a redirect away from /login).
+func consoleLogin(t *testing.T, c *http.Client, addr, login, senha string) bool {
+	t.Helper()
+	res, err := c.Get("http://" + addr + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("no csrf on the login page: %s", page)
+	}
+	res, err = c.PostForm("http://"+addr+"/login", url.Values{"csrf": {string(m[1])}, "login": {login}, "senha": {senha}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusSeeOther
+}
+
+// consoleHome says whether c's session still opens the console.
+func consoleHome(t *testing.T, c *http.Client, addr string) bool {
+	t.Helper()
+	res, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK
+}
+
+func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
+	data := t.TempDir()
+	srv := startServer(t, data)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if !consoleLogin(t, browser, srv.addr, "admin", "senha-de-teste-123") || !consoleHome(t, browser, srv.addr) {
+		t.Fatal("the admin could not sign in before the reset")
+	}
+
+	// While the server runs, as token create does.
+	out := runCLI(t, "operator", "reset-password", "--login", "admin", "--data", data)
+	senha := lastLine(out)
+	if len(senha) < 10 || strings.Contains(senha, " ") {
+		t.Fatalf("the last line is not a password:\n%s", out)
+	}
+	if consoleHome(t, browser, srv.addr) {
+		t.Error("the session opened before the reset still works")
+	}
+	fresh := func() *http.Client {
+		jar, _ := cookiejar.New(nil)
+		return &http.Client{Jar: jar, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if consoleLogin(t, fresh(), srv.addr, "admin", "senha-de-teste-123") {
+		t.Error("the old password still signs in")
+	}
+	if c := fresh(); !consoleLogin(t, c, srv.addr, "admin", senha) || !consoleHome(t, c, srv.addr) {
+		t.Error("the new password does not sign in")
+	}
+	if strings.Contains(srv.out.String(), senha) {
+		t.Error("the new password reached the server's log")
+	}
+
+	bin, _ := buildBinary()
+	msg, err := exec.Command(bin, "operator", "reset-password", "--login", "ninguem", "--data", data).CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), `no console account with login "ninguem"`) {
+		t.Errorf("an unknown login: %v\n%s", err, msg)
 	}
 }

@@ -127,6 +127,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
 	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
 	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
+	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
 	return securityHeaders(mux)
 }
 

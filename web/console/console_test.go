@@ -342,3 +342,76 @@ func TestOperatorDeactivation(t *testing.T) {
 		}
 	})
 }
+
+var passwordForm = regexp.MustCompile(`action="/operadores/([^"/]+)/senha"`)
+var newPassword = regexp.MustCompile(`<code id="senha-nova">([^<]+)</code>`)
+
+func TestOperatorPasswordReset(t *testing.T) {
+	srv, db := consoleServerDB(t)
+	admin := client(t)
+	_, csrf := signIn(t, srv, admin, "/")
+	for _, login := range []string{"fulana", "sicrano"} {
+		papel := map[string]string{"fulana": "operador", "sicrano": "leitor"}[login]
+		if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {login}, "papel": {papel},
+			"senha": {"senha-de-" + login}, "confirma": {"senha-de-" + login}}); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("create %s: %d %s", login, res.StatusCode, body)
+		}
+	}
+	ids := map[string]string{}
+	ops, err := db.Operators(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ops {
+		ids[o.Login] = o.ID
+	}
+	fulana := client(t)
+	signInAs(t, srv, fulana, "fulana", "senha-de-fulana")
+	reset := func(c *http.Client, csrf, id string) (*http.Response, string) {
+		return post(t, c, srv.URL+"/operadores/"+id+"/senha", url.Values{"csrf": {csrf}})
+	}
+
+	_, page := get(t, admin, srv.URL+"/operadores")
+	if forms := passwordForm.FindAllStringSubmatch(page, -1); len(forms) != 2 || slices.ContainsFunc(forms, func(m []string) bool { return m[1] == ids["admin"] }) {
+		t.Fatalf("reset forms %v: want one per other account, none for the admin's own", forms)
+	}
+	res, body := reset(admin, csrf, ids["fulana"])
+	m := newPassword.FindStringSubmatch(body)
+	if res.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("reset: %d %s", res.StatusCode, body)
+	}
+	if cc := res.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("the page with the password is cacheable: %q", cc)
+	}
+	t.Run("the old session and the old password stop, the new one signs in", func(t *testing.T) {
+		if res, _ := get(t, fulana, srv.URL+"/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("fulana's session after the reset: %d", res.StatusCode)
+		}
+		if res, _ := tryLogin(t, srv, client(t), "fulana", "senha-de-fulana", "/"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("the old password: %d", res.StatusCode)
+		}
+		signInAs(t, srv, client(t), "fulana", m[1])
+	})
+	t.Run("nobody resets their own password here", func(t *testing.T) {
+		if res, _ := reset(admin, csrf, ids["admin"]); res.StatusCode != http.StatusConflict {
+			t.Fatalf("self-reset: %d", res.StatusCode)
+		}
+		signInAs(t, srv, client(t), "admin", "senha-do-admin-1")
+	})
+	t.Run("an unknown account is 404", func(t *testing.T) {
+		if res, _ := reset(admin, csrf, "nao-existe"); res.StatusCode != http.StatusNotFound {
+			t.Fatalf("unknown id: %d", res.StatusCode)
+		}
+	})
+	t.Run("only admins, and only with the form's CSRF token", func(t *testing.T) {
+		leitor := client(t)
+		leitorCSRF := signInAs(t, srv, leitor, "sicrano", "senha-de-sicrano")
+		if res, _ := reset(leitor, leitorCSRF, ids["fulana"]); res.StatusCode != http.StatusForbidden {
+			t.Fatalf("a leitor's reset: %d", res.StatusCode)
+		}
+		if res, _ := reset(admin, "", ids["sicrano"]); res.StatusCode != http.StatusForbidden {
+			t.Fatalf("a reset without CSRF: %d", res.StatusCode)
+		}
+		signInAs(t, srv, client(t), "sicrano", "senha-de-sicrano") // unchanged
+	})
+}

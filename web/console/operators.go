@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	"geohub/app"
@@ -77,4 +78,31 @@ func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
 		msg = "Conta desativada: as sessões dela foram encerradas e o login é recusado até que seja reativada."
 	}
 	c.redirect(w, r, "/operadores", msg)
+}
+
+// resetOperatorPassword gives another account a new password, shown once.
+// Not one's own: that goes through /conta/senha, which asks for the current
+// password, so a session left open cannot lock its owner out.
+func (c *Console) resetOperatorPassword(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if id == sessionOf(r).op.ID {
+		c.fail(w, r, app.Errorf(app.EConflict, "para a sua própria senha use “Trocar senha”, que pede a senha atual"))
+		return
+	}
+	ops, err := c.Sessions.Operators(r.Context())
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	i := slices.IndexFunc(ops, func(o app.Operator) bool { return o.ID == id })
+	if i < 0 {
+		c.fail(w, r, app.Errorf(app.ENotFound, "operador %s não existe", id))
+		return
+	}
+	senha, err := c.Sessions.ResetPassword(r.Context(), ops[i])
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, passwordResetPage(c.page(r, "Nova senha de "+ops[i].Login, "operadores"), ops[i], senha))
 }
