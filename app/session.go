@@ -33,6 +33,9 @@ type SessionStore interface {
 	// sessions, if actorID is an active admin when it commits (EForbidden
 	// otherwise). ErrNotFound for an unknown id.
 	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error
+	// SetOperatorRole changes an account's role, under the same condition
+	// on actorID as SetOperatorActive.
+	SetOperatorRole(ctx context.Context, actorID, operadorID string, papel Papel) error
 }
 
 // Console login limits: after loginMaxFailures failed attempts within
@@ -315,9 +318,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, pape
 	if !loginPattern.MatchString(login) {
 		bad = append(bad, Detail{"/login", "3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado"})
 	}
-	switch papel {
-	case PapelAdmin, PapelOperador, PapelLeitor:
-	default:
+	if !validOperatorRole(papel) {
 		bad = append(bad, Detail{"/papel", "deve ser admin, operador ou leitor"})
 	}
 	if err := checkPassword("/senha", senha); err != nil {
@@ -354,6 +355,29 @@ func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ati
 		return Errorf(ENotFound, "operador %s não existe", id)
 	}
 	return err
+}
+
+// SetRole changes the role of the account id on behalf of actor, who must
+// be an active admin when the change commits. Nobody changes their own: an
+// admin who demoted themselves could leave no admin at all.
+func (s *Sessions) SetRole(ctx context.Context, actor Operator, id string, papel Papel) error {
+	if !validOperatorRole(papel) {
+		return &Error{Code: EInvalid, Message: "papel inválido",
+			Details: []Detail{{"/papel", "deve ser admin, operador ou leitor"}}}
+	}
+	if id == actor.ID {
+		return Errorf(EConflict, "você não pode mudar o próprio papel")
+	}
+	err := s.Store.SetOperatorRole(ctx, actor.ID, id, papel)
+	if errors.Is(err, ErrNotFound) {
+		return Errorf(ENotFound, "operador %s não existe", id)
+	}
+	return err
+}
+
+// validOperatorRole: produtor is a role for API tokens only.
+func validOperatorRole(p Papel) bool {
+	return p == PapelAdmin || p == PapelOperador || p == PapelLeitor
 }
 
 // Operators lists the console accounts.

@@ -150,7 +150,9 @@ func TestQueryPlans(t *testing.T) {
 		{name: "SetIntegratorAPIKey (writer)", sql: `UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`,
 			file: "integrators.go", args: []any{"hash", ms(ts), "int-1"}},
 		// Writer statements (sessions.go).
-		{name: "SetOperatorActive actor (writer)", sql: `SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
+		{name: "SetOperatorRole (writer)", sql: `UPDATE operator SET papel = ? WHERE id = ?`, file: "sessions.go",
+			args: []any{"leitor", "op-1"}},
+		{name: "requireActiveAdmin (writer)", sql: `SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
 			file: "sessions.go", args: []any{"op-1"}},
 		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "sessions.go",
 			args: []any{false, "op-1"}},

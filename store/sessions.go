@@ -83,20 +83,13 @@ func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 	return out, rows.Err()
 }
 
-// SetOperatorActive implements app.SessionStore. The actor must still be an
-// active admin when the change commits: two admins deactivating each other
-// at once would otherwise both succeed and leave nobody to undo it. The
-// account's sessions go either way, so a login that raced a deactivation
-// cannot come back with a later reactivation.
+// SetOperatorActive implements app.SessionStore. The account's sessions go
+// either way, so a login that raced a deactivation cannot come back with a
+// later reactivation.
 func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error {
 	return db.do(ctx, func(tx *wtx) error {
-		var admins int
-		if err := tx.QueryRow(`SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
-			actorID).Scan(&admins); err != nil {
+		if err := requireActiveAdmin(tx, actorID); err != nil {
 			return err
-		}
-		if admins == 0 {
-			return app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
 		}
 		res, err := tx.Exec(`UPDATE operator SET ativo = ? WHERE id = ?`, ativo, operadorID)
 		if err != nil {
@@ -108,4 +101,38 @@ func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string,
 		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
 		return err
 	})
+}
+
+// SetOperatorRole implements app.SessionStore. Sessions stay: each request
+// reads the role afresh.
+func (db *DB) SetOperatorRole(ctx context.Context, actorID, operadorID string, papel app.Papel) error {
+	return db.do(ctx, func(tx *wtx) error {
+		if err := requireActiveAdmin(tx, actorID); err != nil {
+			return err
+		}
+		res, err := tx.Exec(`UPDATE operator SET papel = ? WHERE id = ?`, papel, operadorID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
+// requireActiveAdmin refuses a change to the accounts unless actorID is
+// still an active admin inside the transaction that makes it: two admins
+// deactivating or demoting each other at once would otherwise both succeed
+// and leave nobody to undo it.
+func requireActiveAdmin(tx *wtx, actorID string) error {
+	var admins int
+	if err := tx.QueryRow(`SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
+		actorID).Scan(&admins); err != nil {
+		return err
+	}
+	if admins == 0 {
+		return app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
+	}
+	return nil
 }

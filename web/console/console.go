@@ -128,6 +128,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
 	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
 	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
+	mux.Handle("POST /operadores/{id}/papel", c.authed(admins, c.setOperatorRole))
 	return securityHeaders(mux)
 }
 

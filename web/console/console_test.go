@@ -415,3 +415,105 @@ func TestOperatorPasswordReset(t *testing.T) {
 		signInAs(t, srv, client(t), "sicrano", "senha-de-sicrano") // unchanged
 	})
 }
+
+func TestOperatorRoleChange(t *testing.T) {
+	srv, db := consoleServerDB(t)
+	admin := client(t)
+	_, csrf := signIn(t, srv, admin, "/")
+	if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {"fulana"}, "papel": {"leitor"},
+		"senha": {"senha-da-fulana-1"}, "confirma": {"senha-da-fulana-1"}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create operator: %d %s", res.StatusCode, body)
+	}
+	ids := map[string]string{}
+	ops, err := db.Operators(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range ops {
+		ids[o.Login] = o.ID
+	}
+	fulana := client(t)
+	fulanaCSRF := signInAs(t, srv, fulana, "fulana", "senha-da-fulana-1")
+	setRole := func(c *http.Client, csrf, id, papel string) (*http.Response, string) {
+		return post(t, c, srv.URL+"/operadores/"+id+"/papel", url.Values{"csrf": {csrf}, "papel": {papel}})
+	}
+	canManage := func() int {
+		res, _ := get(t, fulana, srv.URL+"/operadores")
+		return res.StatusCode
+	}
+	if code := canManage(); code != http.StatusForbidden {
+		t.Fatalf("a leitor opened /operadores: %d", code)
+	}
+
+	t.Run("a promotion applies to the open session at once", func(t *testing.T) {
+		if res, body := setRole(admin, csrf, ids["fulana"], "admin"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("promote: %d %s", res.StatusCode, body)
+		}
+		if code := canManage(); code != http.StatusOK {
+			t.Fatalf("the promoted session on /operadores: %d", code)
+		}
+	})
+	t.Run("nobody changes their own role", func(t *testing.T) {
+		if res, _ := setRole(fulana, fulanaCSRF, ids["fulana"], "leitor"); res.StatusCode != http.StatusConflict {
+			t.Fatalf("self-demotion: %d", res.StatusCode)
+		}
+	})
+	t.Run("two admins demoting each other at once leave one admin", func(t *testing.T) {
+		codes := make(chan int, 2)
+		for _, c := range []struct {
+			cl         *http.Client
+			csrf, whom string
+		}{{admin, csrf, ids["fulana"]}, {fulana, fulanaCSRF, ids["admin"]}} {
+			go func() {
+				res, err := c.cl.PostForm(srv.URL+"/operadores/"+c.whom+"/papel", url.Values{"csrf": {c.csrf}, "papel": {"leitor"}})
+				if err != nil {
+					codes <- 0
+					return
+				}
+				res.Body.Close()
+				codes <- res.StatusCode
+			}()
+		}
+		got := []int{<-codes, <-codes}
+		ops, _ := db.Operators(t.Context())
+		admins := 0
+		for _, o := range ops {
+			if o.Papel == app.PapelAdmin && o.Ativo {
+				admins++
+			}
+		}
+		if admins != 1 {
+			t.Fatalf("%d admins after a mutual demotion (answers %v), want 1", admins, got)
+		}
+	})
+	t.Run("bad requests change nothing", func(t *testing.T) {
+		ops, _ := db.Operators(t.Context())
+		var holder *http.Client
+		var holderCSRF, other string
+		for _, o := range ops {
+			if o.Papel == app.PapelAdmin {
+				holder, holderCSRF = admin, csrf
+				other = ids["fulana"]
+				if o.Login == "fulana" {
+					holder, holderCSRF, other = fulana, fulanaCSRF, ids["admin"]
+				}
+			}
+		}
+		for _, tt := range []struct {
+			id, papel string
+			want      int
+		}{{other, "produtor", http.StatusUnprocessableEntity}, {other, "", http.StatusUnprocessableEntity},
+			{"nao-existe", "leitor", http.StatusNotFound}} {
+			if res, _ := setRole(holder, holderCSRF, tt.id, tt.papel); res.StatusCode != tt.want {
+				t.Errorf("papel %q for %s: %d, want %d", tt.papel, tt.id, res.StatusCode, tt.want)
+			}
+		}
+		if res, _ := setRole(holder, "", other, "admin"); res.StatusCode != http.StatusForbidden {
+			t.Errorf("without CSRF: %d", res.StatusCode)
+		}
+		after, _ := db.Operators(t.Context())
+		if !slices.EqualFunc(ops, after, func(a, b app.Operator) bool { return a.Papel == b.Papel }) {
+			t.Fatalf("roles changed: %v → %v", ops, after)
+		}
+	})
+}

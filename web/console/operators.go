@@ -80,6 +80,17 @@ func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, "/operadores", msg)
 }
 
+// setOperatorRole moves another account to another role. The change shows
+// on the person's next page: sessions read the role on every request.
+func (c *Console) setOperatorRole(w http.ResponseWriter, r *http.Request) {
+	papel := app.Papel(r.PostFormValue("papel"))
+	if err := c.Sessions.SetRole(r.Context(), sessionOf(r).op, r.PathValue("id"), papel); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	c.redirect(w, r, "/operadores", "Papel alterado para "+papelLabel[string(papel)]+": vale a partir da próxima página que a pessoa abrir.")
+}
+
 // resetOperatorPassword gives another account a new password, shown once.
 // Not one's own: that goes through /conta/senha, which asks for the current
 // password, so a session left open cannot lock its owner out.
