@@ -421,6 +421,43 @@ func TestConsumers(t *testing.T) {
 			return st.TotalPendentes == 1 && strings.Contains(st.Entradas[0].MensagemErro, "timed out")
 		})
 	})
+	t.Run("a handler that ignores its cancellation is abandoned: recorded, its colonia goes on, shutdown does not wait", func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		rec := &recorder{}
+		deaf := func(ctx context.Context, ev app.Event) error {
+			rec.handle(ctx, ev)
+			if len(rec.events()) == 1 {
+				<-release // never looks at ctx
+			}
+			return nil
+		}
+		b := setup(t, "", func(c *app.Consumers) {
+			c.HandlerTimeout = 50 * time.Millisecond
+			c.Subscribe("teste:a", "surda", "h", deaf)
+		})
+		first := b.publish(t, reqA(1))
+		second := b.publish(t, reqA(2))
+		waitFor(t, "the next event handled", func() bool { return len(rec.events()) == 2 })
+		if got := rec.events()[1].EventID; got != second.EventID {
+			t.Fatalf("handled %s second, want %s", got, second.EventID)
+		}
+		st, _ := b.audit.DLQ(t.Context())
+		if st.TotalPendentes != 1 || st.Entradas[0].EventID != first.EventID || !strings.Contains(st.Entradas[0].MensagemErro, "abandoned") {
+			t.Fatalf("DLQ %+v", st)
+		}
+		// The third event reaches the handler while the first is still
+		// stuck in it; shutdown does not wait for that one either.
+		b.publish(t, reqA(3))
+		waitFor(t, "the third event handled", func() bool { return len(rec.events()) == 3 })
+		stopped := make(chan struct{})
+		go func() { b.cancel(); b.consumers.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait blocks on an abandoned handler")
+		}
+	})
 	t.Run("T18 failure, DLQ, reprocess, resolved; at most once a minute", func(t *testing.T) {
 		var failing atomic.Bool
 		failing.Store(true)

@@ -510,8 +510,12 @@ func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
 
 const replayPage = 1000
 
-// errTimeout is what a handler that overran its deadline is recorded with.
-var errTimeout = errors.New("handler timed out")
+// errTimeout is what a handler that overran its deadline is recorded with;
+// errAbandoned, one that then ignored the cancellation as long again.
+var (
+	errTimeout   = errors.New("handler timed out")
+	errAbandoned = errors.New("handler timed out and ignored its cancellation: abandoned, still running")
+)
 
 // errUnrecorded marks a failure the DLQ could not record: the consumer must
 // then not move that type's cursor past it.
@@ -519,10 +523,13 @@ var errUnrecorded = errors.New("failure not recorded in the DLQ")
 
 // guard runs a handler so that its error, panic or timeout never reaches the
 // caller or other handlers: it is logged and recorded in the DLQ instead. A
-// handler that overruns its timeout gets its context cancelled and is waited
-// for: the colonia's next event never runs beside it, so events are applied
-// in order even then (a handler that ignores cancellation stalls only its
-// own colonia, loudly).
+// handler that overruns its timeout gets its context cancelled and is given
+// as long again to return, so that the colonia's next event does not run
+// beside it. One that still has not returned is abandoned: its timeout is
+// recorded and the colonia moves on, because a handler that ignores
+// cancellation must not stall its colonia, and shutdown, for ever. Its
+// goroutine is left running, and whatever it does when it wakes up may land
+// after later events.
 func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error {
 	hctx, cancel := context.WithTimeout(ctx, c.HandlerTimeout)
 	defer cancel()
@@ -550,27 +557,28 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 	select {
 	case out = <-done:
 	case <-hctx.Done():
-		for waited := false; ; waited = true {
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				c.Logger.Error("handler ignores its cancelled context; its colonia is stalled",
-					"colonia", sub.colonia, "handler", sub.nome, "event_id", ev.EventID, "waited", waited)
-				continue
-			}
-			break
+		grace := time.NewTimer(c.HandlerTimeout)
+		defer grace.Stop()
+		out = outcome{err: errTimeout}
+		select {
+		case <-done:
+		case <-grace.C:
+			out = outcome{err: errAbandoned}
 		}
 		if ctx.Err() != nil {
 			// Shutting down: not the handler's fault, and not recorded.
 			return ctx.Err()
 		}
-		out = outcome{err: errTimeout}
 	}
-	if out.err == nil {
-		c.Metrics.handled(sub.colonia, true)
+	switch {
+	case out.err == nil:
+		c.Metrics.handled(sub.colonia, "ok")
 		return nil
+	case out.err == errAbandoned:
+		c.Metrics.handled(sub.colonia, "abandonado")
+	default:
+		c.Metrics.handled(sub.colonia, "erro")
 	}
-	c.Metrics.handled(sub.colonia, false)
 	c.Logger.Error("event handler failed", "colonia", sub.colonia, "handler", sub.nome,
 		"tipo", ev.Tipo, "event_id", ev.EventID, "sequence_number", ev.Sequence, "err", out.err)
 	now := c.Now().UTC()

@@ -21,7 +21,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"tipo"}),
 		Handled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geohub_consumer_handled_total",
-			Help: "In-process handler runs, by colonia and outcome.",
+			Help: "In-process handler runs, by colonia and outcome: ok, erro, or abandonado (ignored the cancellation after its timeout and still runs).",
 		}, []string{"colonia", "resultado"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "geohub_deliveries_total",
@@ -64,13 +64,10 @@ func (m *Metrics) published(tipo string) {
 	}
 }
 
-func (m *Metrics) handled(colonia string, ok bool) {
-	if m == nil {
-		return
+// handled counts a handler run: ok, erro, or abandonado (it ignored the
+// cancellation after its timeout and still runs).
+func (m *Metrics) handled(colonia, resultado string) {
+	if m != nil {
+		m.Handled.WithLabelValues(colonia, resultado).Inc()
 	}
-	r := "erro"
-	if ok {
-		r = "ok"
-	}
-	m.Handled.WithLabelValues(colonia, r).Inc()
 }
