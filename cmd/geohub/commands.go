@@ -7,12 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"geohub/app"
+	"geohub/store"
 )
 
 // envOr returns the environment variable's value, or def when unset: every
@@ -113,7 +116,7 @@ func tokenRevokeCmd(ctx context.Context, args []string) error {
 	if *id == "" {
 		return fmt.Errorf("--id is required")
 	}
-	db, _, err := openData(ctx, *data)
+	db, _, err := openExisting(ctx, *data)
 	if err != nil {
 		return err
 	}
@@ -132,7 +135,7 @@ func createToken(ctx context.Context, out io.Writer, data string, papel app.Pape
 	if !app.ValidPapel(papel) {
 		return fmt.Errorf("--papel must be admin, operador, leitor or produtor")
 	}
-	db, _, err := openData(ctx, data)
+	db, _, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -145,6 +148,17 @@ func createToken(ctx context.Context, out io.Writer, data string, papel app.Pape
 	fmt.Fprintf(out, "token %s (papel %s, nome %q) criado; guarde-o agora, ele não será mostrado de novo:\n", t.ID, t.Papel, t.Nome)
 	fmt.Fprintln(out, secret)
 	return nil
+}
+
+// openExisting opens the data directory of a server that has run: the
+// commands that read or change its accounts and data must not create an
+// empty one when --data is mistyped (a token there would work nowhere).
+func openExisting(ctx context.Context, dir string) (*store.DB, []byte, error) {
+	path := filepath.Join(dir, store.FileName)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("no database at %s: check --data, or create it with geohub migrate (or a first geohub serve)", path)
+	}
+	return openData(ctx, dir)
 }
 
 // resetPasswordCmd is the way back into the console for whoever runs the
@@ -165,7 +179,7 @@ func resetPasswordCmd(ctx context.Context, args []string) error {
 // resetPassword prints the new password alone on the last line of out, as
 // createToken prints a token.
 func resetPassword(ctx context.Context, out io.Writer, data, login string) error {
-	db, _, err := openData(ctx, data)
+	db, _, err := openExisting(ctx, data)
 	if err != nil {
 		return err
 	}
@@ -204,7 +218,7 @@ func backupCmd(ctx context.Context, args []string) error {
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists: backup never overwrites", *out)
 	}
-	db, _, err := openData(ctx, *data)
+	db, _, err := openExisting(ctx, *data)
 	if err != nil {
 		return err
 	}

@@ -431,3 +431,27 @@ func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
 		t.Errorf("an unknown login: %v\n%s", err, msg)
 	}
 }
+
+// A mistyped --data must not become a new, empty data directory with a
+// token or an account in it that the running server never sees.
+func TestCommandsRefuseADataDirWithoutDatabase(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "dados-errados")
+	for _, args := range [][]string{
+		{"token", "create", "--papel", "leitor"},
+		{"token", "revoke", "--id", "x"},
+		{"operator", "reset-password", "--login", "admin"},
+		{"backup", "--out", filepath.Join(t.TempDir(), "copia.db")},
+	} {
+		out, err := exec.Command(bin, append(args, "--data", missing)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "no database at "+filepath.Join(missing, store.FileName)) {
+			t.Errorf("geohub %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if _, err := os.Stat(missing); !os.IsNotExist(err) {
+			t.Fatalf("geohub %s created %s", strings.Join(args, " "), missing)
+		}
+	}
+}
