@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // recorder is a handler that remembers what it saw and fails on demand.
+// dlqSpy watches the status moves the consumers ask of the real store.
+type dlqSpy struct {
+	app.ConsumerStore
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *dlqSpy) SetDLQStatus(ctx context.Context, eventID, colonia, status string) error {
+	s.mu.Lock()
+	s.got = append(s.got, eventID+" "+status)
+	s.mu.Unlock()
+	return s.ConsumerStore.SetDLQStatus(ctx, eventID, colonia, status)
+}
+
+func (s *dlqSpy) moves() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
 type recorder struct {
 	mu   sync.Mutex
 	seen []app.Event
@@ -458,6 +479,35 @@ func TestConsumers(t *testing.T) {
 			t.Fatal("Wait blocks on an abandoned handler")
 		}
 	})
+	t.Run("an entry that fails its fifth attempt is given up and leaves the open DLQ", func(t *testing.T) {
+		rec := &recorder{fail: func(app.Event) error { return errors.New("still down") }}
+		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "h", rec.handle) })
+		ev := b.publish(t, reqA(1))
+		waitFor(t, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
+		for attempt := 2; attempt <= app.MaxDLQAttempts; attempt++ {
+			b.clock.Add(app.ReprocessInterval)
+			res, err := b.consumers.ReprocessDLQ(t.Context(), "col")
+			if err != nil || res.Reprocessados != 1 || res.Falharam != 1 {
+				t.Fatalf("attempt %d: %+v %v", attempt, res, err)
+			}
+			st, _ := b.audit.DLQ(t.Context())
+			if attempt < app.MaxDLQAttempts && (st.TotalPendentes != 1 || st.Entradas[0].Tentativas != attempt) {
+				t.Fatalf("after attempt %d: %+v", attempt, st)
+			}
+			if attempt == app.MaxDLQAttempts && st.TotalPendentes != 0 {
+				t.Fatalf("still open after %d attempts: %+v", attempt, st)
+			}
+		}
+		b.clock.Add(app.ReprocessInterval)
+		if res, err := b.consumers.ReprocessDLQ(t.Context(), "col"); err != nil || res.Reprocessados != 0 {
+			t.Fatalf("a given-up entry was retried: %+v %v", res, err)
+		}
+		// Given up, it no longer holds the cursor back.
+		cur, _ := b.db.Cursors(t.Context(), "col")
+		if cur["teste:a"] != ev.Sequence {
+			t.Fatalf("cursor %d, want %d", cur["teste:a"], ev.Sequence)
+		}
+	})
 	t.Run("T18 failure, DLQ, reprocess, resolved; at most once a minute", func(t *testing.T) {
 		var failing atomic.Bool
 		failing.Store(true)
@@ -467,13 +517,24 @@ func TestConsumers(t *testing.T) {
 			}
 			return nil
 		}}
-		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "h", rec.handle) })
+		spy := &dlqSpy{}
+		b := setup(t, "", func(c *app.Consumers) {
+			spy.ConsumerStore = c.Store
+			c.Store = spy
+			c.Subscribe("teste:a", "col", "h", rec.handle)
+		})
 		ev := b.publish(t, reqA(1))
 		waitFor(t, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
+		if st, _ := b.audit.DLQ(t.Context()); st.Entradas[0].Status != app.DLQPendente || st.Entradas[0].EventID != ev.EventID {
+			t.Fatalf("DLQ entry %+v, want pendente for %s", st.Entradas[0], ev.EventID)
+		}
 		failing.Store(false)
 		res, err := b.consumers.ReprocessDLQ(t.Context(), "col")
 		if err != nil || res.Reprocessados != 1 || res.Resolvidos != 1 {
 			t.Fatalf("reprocess %+v %v", res, err)
+		}
+		if got, want := spy.moves(), []string{ev.EventID + " retrying", ev.EventID + " resolved"}; !slices.Equal(got, want) {
+			t.Fatalf("DLQ status moves %q, want %q", got, want)
 		}
 		st, _ := b.audit.DLQ(t.Context())
 		if st.TotalPendentes != 0 {

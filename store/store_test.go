@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -319,4 +320,72 @@ func appendOne(db app.EventLog, ctx context.Context, ev app.Event, full json.Raw
 		return app.Event{}, false, err
 	}
 	return stored[0].Event, stored[0].Created, nil
+}
+
+// The DLQ's life per seed 001: pendente, retrying while reprocessed,
+// resolved, reopened by a new failure, and failed_permanent (stamped) at the
+// attempt limit, which nothing reopens.
+func TestDLQStatusTransitions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), store.FileName)
+	db, err := store.Open(t.Context(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	raw, err := sql.Open(store.DriverName, store.DSN(path, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	ctx := t.Context()
+	ev, _, err := appendOne(db, ctx, newEvent("a:b"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func() {
+		t.Helper()
+		if err := db.RecordFailure(ctx, app.DLQEntry{EventID: ev.EventID, Sequence: ev.Sequence, Tipo: "a:b", Colonia: "c",
+			HandlerNome: "h", MensagemErro: "boom", UltimaTentativa: time.Now(), CriadoEm: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step, status string, tentativas int, stamped bool) {
+		t.Helper()
+		var st string
+		var n int
+		var resolvido sql.NullInt64
+		if err := raw.QueryRowContext(ctx, `SELECT status, tentativas, resolvido_em FROM dead_letter_queue
+			WHERE event_id = ? AND colonia = 'c'`, ev.EventID).Scan(&st, &n, &resolvido); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if st != status || n != tentativas || resolvido.Valid != stamped {
+			t.Fatalf("%s: status %s, tentativas %d, resolvido_em set %v; want %s, %d, %v", step, st, n, resolvido.Valid, status, tentativas, stamped)
+		}
+	}
+	fail()
+	check("first failure", app.DLQPendente, 1, false)
+	if err := db.SetDLQStatus(ctx, ev.EventID, "c", app.DLQRetrying); err != nil {
+		t.Fatal(err)
+	}
+	check("reprocessing", app.DLQRetrying, 1, false)
+	if err := db.SetDLQStatus(ctx, ev.EventID, "c", app.DLQResolved); err != nil {
+		t.Fatal(err)
+	}
+	check("resolved", app.DLQResolved, 1, true)
+	fail()
+	check("a new failure reopens it", app.DLQPendente, 2, false)
+	for n := 3; n < app.MaxDLQAttempts; n++ {
+		fail()
+		check("failure", app.DLQPendente, n, false)
+	}
+	fail()
+	check("the last attempt", app.DLQFailedPermanent, app.MaxDLQAttempts, true)
+	fail()
+	check("a failure after giving up", app.DLQFailedPermanent, app.MaxDLQAttempts+1, true)
+	if open, err := db.DLQOpen(ctx, "c", 10); err != nil || len(open) != 0 {
+		t.Fatalf("open entries %v %v", open, err)
+	}
+	if err := db.SetDLQStatus(ctx, "nao-existe", "c", app.DLQResolved); err != app.ErrNotFound {
+		t.Fatalf("unknown entry: %v", err)
+	}
 }
