@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"geohub/app"
 	"geohub/app/redact"
@@ -729,3 +731,60 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("a refused registration was stored")
 	}
 }
+
+// Replay reads the log in batches of ReplayBatch: past the first batch it
+// must continue after the last sequence it read, neither repeating nor
+// skipping one.
+func TestReplayPagesThroughBatches(t *testing.T) {
+	b := setup(t, "", nil)
+	const n = 2*app.ReplayBatch + 500
+	for start := 0; start < n; start += app.ReplayBatch {
+		var batch []app.Pending
+		for i := start; i < min(start+app.ReplayBatch, n); i++ {
+			id := uuid.Must(uuid.NewV7()).String()
+			tipo := "teste:a"
+			if i%2 == 1 {
+				tipo = "teste:b"
+			}
+			batch = append(batch, app.Pending{Event: app.Event{EventID: id, Tipo: tipo, VersaoSchema: "1.0.0",
+				Timestamp: time.Now(), Origem: "teste", CorrelacaoID: id, Payload: json.RawMessage(`{"n":1}`)}})
+		}
+		if _, err := b.db.Append(t.Context(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		after int64
+		tipos []string
+		want  []int64
+	}{
+		{"every event", 0, nil, seqRange(1, n, 1)},
+		{"after a sequence", 1234, nil, seqRange(1235, n, 1)},
+		{"one type, spread over more batches than it fills", 0, []string{"teste:b"}, seqRange(2, n, 2)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int64
+			for ev, err := range b.audit.Replay(t.Context(), tt.after, tt.tipos) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, ev.Sequence)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("replayed %d events (%v ... %v), want %d (%v ... %v)", len(got), head(got), tail(got), len(tt.want), head(tt.want), tail(tt.want))
+			}
+		})
+	}
+}
+
+func seqRange(from, to, step int64) []int64 {
+	var out []int64
+	for s := from; s <= to; s += step {
+		out = append(out, s)
+	}
+	return out
+}
+
+func head(s []int64) []int64 { return s[:min(3, len(s))] }
+func tail(s []int64) []int64 { return s[max(0, len(s)-3):] }
