@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -520,5 +521,72 @@ func TestShutdownLeavesNoDeliveryLeased(t *testing.T) {
 	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaProcessando})
 	if page.Total != 0 {
 		t.Fatalf("%d deliveries still leased after shutdown", page.Total)
+	}
+}
+
+// SPEC 6.4: a failing event does not hold the ones behind it, even in its
+// own aggregate; receivers reorder by sequence.
+func TestAFailingEventDoesNotHoldTheOnesBehindIt(t *testing.T) {
+	k := newOutboxKit(t)
+	var mu sync.Mutex
+	healthy := false
+	rc := newReceiver(t, func(n int, r *http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if !healthy && r.Header.Get("X-Geohub-Sequencia") == "1" {
+			return 503
+		}
+		return 204
+	})
+	in := k.integrator(t, rc, nil)
+	first := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "the first attempt", func() bool { return k.delivery(t, first.EventID, in.ID).Tentativas == 1 })
+	second := k.publish(t, "teste:a", "x:1", nil)
+	third := k.publish(t, "teste:a", "x:1", nil)
+	for _, ev := range []app.Event{second, third} {
+		waitFor(t, "a later event of the aggregate", func() bool {
+			return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue
+		})
+	}
+	if d := k.delivery(t, first.EventID, in.ID); d.Status != app.EntregaPendente || d.Tentativas != 1 {
+		t.Fatalf("the failing event: %+v", d)
+	}
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	k.clock.Add(2 * time.Minute) // past the default first step (1 min ± 10%)
+	k.dispatcher.Wake()
+	waitFor(t, "the first event, late", func() bool { return k.delivery(t, first.EventID, in.ID).Status == app.EntregaEntregue })
+	var order []string
+	for _, r := range rc.requests() {
+		order = append(order, r.header.Get("X-Geohub-Sequencia"))
+	}
+	// 2 and 3 may arrive in either order: two requests per integrator fly
+	// at once, and it is the receiver that orders by sequence.
+	if len(order) != 4 || order[0] != "1" || order[3] != "1" || !slices.Contains(order, "2") || !slices.Contains(order, "3") {
+		t.Fatalf("arrivals by sequence %v, want 1, then 2 and 3, then 1 again", order)
+	}
+}
+
+// SPEC 6.4: 1 min doubling up to 1 h, at most 10 attempts, with jitter.
+func TestTheDefaultBackoff(t *testing.T) {
+	m := time.Minute
+	want := []time.Duration{m, 2 * m, 4 * m, 8 * m, 16 * m, 32 * m, time.Hour, time.Hour, time.Hour}
+	if got := app.DefaultBackoff(); !slices.Equal(got, want) {
+		t.Fatalf("default backoff %v, want %v (9 waits: 10 attempts)", got, want)
+	}
+	// The jitter spreads each wait by ±10%: from 54 s to 66 s for the first.
+	for jitter, wait := range map[float64]time.Duration{0: 54 * time.Second, 1: 66 * time.Second} {
+		t.Run(fmt.Sprint("jitter ", jitter), func(t *testing.T) {
+			k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Jitter = func() float64 { return jitter } })
+			rc := newReceiver(t, func(int, *http.Request) int { return 503 })
+			in := k.integrator(t, rc, nil)
+			start := k.clock.Now()
+			ev := k.publish(t, "teste:a", "x:1", nil)
+			waitFor(t, "the first attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+			if got := k.delivery(t, ev.EventID, in.ID).ProximaTentativa.Sub(start); got != wait {
+				t.Fatalf("next attempt %v after the first, want %v", got, wait)
+			}
+		})
 	}
 }
