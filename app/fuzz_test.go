@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"geohub/app"
 	"geohub/app/redact"
@@ -127,12 +131,27 @@ func FuzzPublish(f *testing.F) {
 		{fuzzTipo, "rh", "", "", "", "", "{\"id\":\"0199bb3e-0000-7000-8000-000000000001\",\"nota\":\"\xff<&>\",\"local\":{\"lat\":0,\"lng\":0}}"},
 	}
 	for _, s := range seeds {
-		f.Add(s.tipo, s.origem, s.eventID, s.ts, s.corr, s.versao, []byte(s.payload))
+		f.Add(s.tipo, s.origem, s.eventID, s.ts, s.corr, s.versao, []byte(s.payload), "", "", "", "")
 	}
+	// The envelope's optional fields, on a valid payload.
+	for _, e := range []struct{ agregado, autoriaID, autoriaTipo, solicitacao string }{
+		{"ocorrencia:42", "u-1", "usuario", id1},
+		{" ocorrencia:42", "u-1", "robo", "nao-uuid"},
+		{strings.Repeat("a", 256), "", "sistema", ""},
+		{"ocorrencia:43", strings.Repeat("u", 256), "integrador", strings.ToUpper(id1)},
+	} {
+		f.Add(fuzzTipo, "rh", "", "", "", "", []byte(ok), e.agregado, e.autoriaID, e.autoriaTipo, e.solicitacao)
+	}
+	schema := fuzzSchema(f)
 
-	f.Fuzz(func(t *testing.T, tipo, origem, eventID, ts, corr, versao string, payload []byte) {
+	f.Fuzz(func(t *testing.T, tipo, origem, eventID, ts, corr, versao string, payload []byte,
+		agregado, autoriaID, autoriaTipo, solicitacao string) {
 		req := app.PublishRequest{Tipo: tipo, Origem: origem, EventID: eventID, Timestamp: ts,
-			CorrelacaoID: corr, VersaoSchema: versao, Payload: json.RawMessage(payload)}
+			CorrelacaoID: corr, VersaoSchema: versao, Payload: json.RawMessage(payload),
+			Agregado: agregado, Solicitacao: solicitacao}
+		if autoriaID != "" || autoriaTipo != "" {
+			req.Autoria = &app.Autoria{ID: autoriaID, Tipo: autoriaTipo}
+		}
 		before, err := db.CountEvents(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -193,8 +212,70 @@ func FuzzPublish(f *testing.F) {
 		if stored.Tipo != tipo || stored.VersaoSchema != "1.0.0" {
 			t.Fatalf("stored %s@%s from a publish of %q@%q", stored.Tipo, stored.VersaoSchema, tipo, versao)
 		}
+		fuzzCheckAccepted(t, schema, req, stored)
 		fuzzCheckRedacted(t, payload, stored.Payload)
 	})
+}
+
+// fuzzSchema compiles fuzzType's schema apart from the registry, as the
+// oracle of what Publish may accept.
+func fuzzSchema(f *testing.F) *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(fuzzType.Schema))
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	if err := c.AddResource("fuzz.json", doc); err != nil {
+		f.Fatal(err)
+	}
+	sch, err := c.Compile("fuzz.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	return sch
+}
+
+var fuzzUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// fuzzCheckAccepted fails when Publish accepted what it must refuse: a
+// payload outside the schema, or an envelope field out of its format.
+func fuzzCheckAccepted(t *testing.T, schema *jsonschema.Schema, req app.PublishRequest, stored app.Event) {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(req.Payload))
+	if err != nil {
+		t.Fatalf("accepted a payload that is not JSON: %q", req.Payload)
+	}
+	if err := schema.Validate(doc); err != nil {
+		t.Fatalf("accepted a payload the schema refuses: %v", err)
+	}
+	for name, id := range map[string]string{"event_id": stored.EventID, "correlacao_id": stored.CorrelacaoID} {
+		if !fuzzUUID.MatchString(id) {
+			t.Fatalf("stored %s %q is not a lower-case UUID", name, id)
+		}
+	}
+	switch {
+	case req.EventID != "" && !strings.EqualFold(req.EventID, stored.EventID):
+		t.Fatalf("event_id %q stored as %q", req.EventID, stored.EventID)
+	case req.CorrelacaoID != "" && !strings.EqualFold(req.CorrelacaoID, stored.CorrelacaoID):
+		t.Fatalf("correlacao_id %q stored as %q", req.CorrelacaoID, stored.CorrelacaoID)
+	case req.Solicitacao != "" && (!fuzzUUID.MatchString(stored.Solicitacao) || !strings.EqualFold(req.Solicitacao, stored.Solicitacao)):
+		t.Fatalf("solicitacao %q stored as %q", req.Solicitacao, stored.Solicitacao)
+	case strings.TrimSpace(req.Origem) == "" || len(req.Origem) > 100:
+		t.Fatalf("accepted origem %q", req.Origem)
+	case req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255):
+		t.Fatalf("accepted agregado %q", req.Agregado)
+	case req.Autoria != nil && (req.Autoria.ID == "" || len(req.Autoria.ID) > 255 ||
+		!slices.Contains([]string{"usuario", "integrador", "sistema"}, req.Autoria.Tipo)):
+		t.Fatalf("accepted autoria %+v", *req.Autoria)
+	}
+	if req.Timestamp != "" {
+		ts, err := time.Parse(time.RFC3339Nano, req.Timestamp)
+		if err != nil || !ts.Truncate(time.Millisecond).Equal(stored.Timestamp.Truncate(time.Millisecond)) {
+			t.Fatalf("timestamp %q stored as %v (%v)", req.Timestamp, stored.Timestamp, err)
+		}
+	}
 }
 
 // fuzzCheckError checks the one error shape the API promises.
