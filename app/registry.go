@@ -121,6 +121,9 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, b
 		tv.Status = StatusAtivo
 	}
 	c, err := compile(tv)
+	if err == nil {
+		err = checkDraft(tv.Schema)
+	}
 	if err != nil {
 		return TypeVersion{}, false, err
 	}
@@ -264,6 +267,24 @@ func compile(tv TypeVersion) (*compiled, error) {
 		return nil, &Error{Code: EInvalid, Message: "registro de tipo inválido", Details: details}
 	}
 	return c, nil
+}
+
+// draft2020 is the one JSON Schema dialect the registry speaks (SPEC 5).
+const draft2020 = "https://json-schema.org/draft/2020-12/schema"
+
+// checkDraft refuses a schema that declares another dialect: the validator
+// would follow its rules (draft-07's items, say), not the ones integrators
+// were promised. Checked at registration only, so a version stored before
+// the check still loads.
+func checkDraft(raw json.RawMessage) error {
+	var decl struct {
+		Schema *string `json:"$schema"`
+	}
+	if json.Unmarshal(raw, &decl) != nil || decl.Schema == nil || strings.TrimSuffix(*decl.Schema, "#") == draft2020 {
+		return nil
+	}
+	return &Error{Code: EInvalid, Message: "registro de tipo inválido",
+		Details: []Detail{{"/schema/$schema", "o registro usa JSON Schema 2020-12: omita $schema ou use " + draft2020}}}
 }
 
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {

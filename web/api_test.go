@@ -1094,6 +1094,10 @@ func TestRegistryManagesTypes(t *testing.T) {
 			status: 422, codigo: app.EInvalid, caminhos: []string{"/schema"}},
 		{name: "a missing schema is refused", body: with(func(v map[string]any) { v["versao"] = "3.0.0"; delete(v, "schema") }),
 			status: 422, codigo: app.EInvalid, caminhos: []string{"/schema"}},
+		{name: "a schema of another draft is refused", body: with(func(v map[string]any) {
+			v["versao"] = "3.0.0"
+			v["schema"] = map[string]any{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}
+		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/schema/$schema"}},
 		{name: "a schema with a remote ref is refused", body: with(func(v map[string]any) {
 			v["versao"] = "3.0.0"
 			v["schema"] = map[string]any{"$ref": "https://example.com/schema.json"}
