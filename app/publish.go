@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -82,14 +83,18 @@ func (p *Publisher) appendAll(ctx context.Context, batch []Pending) ([]Stored, e
 // prepare runs the publish steps up to the append: payload shape, defaults,
 // formats, registry, schema, redaction and routing.
 func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
+	// Steps 1 to 5 report every finding at once, each at its path; a step
+	// runs as far as what it needs is sound (the schema needs the type).
+	var findings invalid
+
 	// 1. The payload is a non-null JSON object.
 	raw := bytes.TrimSpace(req.Payload)
 	if len(raw) > MaxPayloadBytes {
 		return Pending{}, Errorf(ETooLarge, "payload maior que %d bytes", MaxPayloadBytes)
 	}
-	if len(raw) == 0 || raw[0] != '{' {
-		return Pending{}, &Error{Code: EInvalid, Message: "payload deve ser um objeto não nulo",
-			Details: []Detail{{"/payload", "deve ser um objeto JSON"}}}
+	object := len(raw) > 0 && raw[0] == '{'
+	if !object {
+		findings.add("payload deve ser um objeto não nulo", Detail{"/payload", "deve ser um objeto JSON"})
 	}
 	var missing []Detail
 	if req.Tipo == "" {
@@ -100,9 +105,7 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	} else if len(req.Origem) > 100 {
 		missing = append(missing, Detail{"/origem", "no máximo 100 caracteres"})
 	}
-	if len(missing) > 0 {
-		return Pending{}, &Error{Code: EInvalid, Message: "campos obrigatórios ausentes", Details: missing}
-	}
+	findings.add("campos obrigatórios ausentes", missing...)
 
 	// 2. Defaults. 3. Formats.
 	now := p.Now().UTC()
@@ -159,25 +162,35 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 			bad = append(bad, Detail{"/autoria/tipo", "deve ser usuario, integrador ou sistema"})
 		}
 	}
-	if len(bad) > 0 {
-		return Pending{}, &Error{Code: EInvalid, Message: "formato inválido", Details: bad}
-	}
+	findings.add("formato inválido", bad...)
 
 	// 4. Type and version against the registry.
-	tv, err := p.Registry.lookup(ev.Tipo, ev.VersaoSchema)
-	if err != nil {
-		return Pending{}, err
+	var tv *compiled
+	if ev.Tipo != "" {
+		var err error
+		if tv, err = p.Registry.lookup(ev.Tipo, ev.VersaoSchema); err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != EInvalid {
+				return Pending{}, err
+			}
+			findings.add(e.Message, e.Details...)
+		}
 	}
 
 	// 5. Payload against the version's schema.
+	if !object {
+		return Pending{}, findings.err()
+	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return Pending{}, &Error{Code: EMalformed, Message: "payload não é JSON válido", Err: err}
 	}
 	obj := doc.(map[string]any) // raw starts with '{' and parsed
-	if details := tv.validatePayload(doc); len(details) > 0 {
-		return Pending{}, &Error{Code: EInvalid,
-			Message: fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), Details: details}
+	if tv != nil {
+		findings.add(fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), tv.validatePayload(doc)...)
+	}
+	if err := findings.err(); err != nil {
+		return Pending{}, err
 	}
 
 	// 6. A redacted copy is what the log keeps.
@@ -201,6 +214,31 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 		}
 	}
 	return Pending{Event: ev, Full: raw, Outbox: out}, nil
+}
+
+// invalid gathers the findings of the publish steps into one 422.
+type invalid struct {
+	messages []string
+	details  []Detail
+}
+
+func (v *invalid) add(message string, details ...Detail) {
+	if len(details) > 0 {
+		v.messages = append(v.messages, message)
+		v.details = append(v.details, details...)
+	}
+}
+
+// err is nil without findings; its message is the one step's, or every
+// failing step's.
+func (v *invalid) err() error {
+	switch len(v.messages) {
+	case 0:
+		return nil
+	case 1:
+		return &Error{Code: EInvalid, Message: v.messages[0], Details: v.details}
+	}
+	return &Error{Code: EInvalid, Message: "publicação inválida: " + strings.Join(v.messages, "; "), Details: v.details}
 }
 
 // existingOr answers a publisher's retry with the stored record even when

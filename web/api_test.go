@@ -506,6 +506,13 @@ func TestPublishRefusesBadInputAndLeavesTheLogUnchanged(t *testing.T) {
 			"servidor": map[string]any{"nome": "", "cpf": "123"},
 			"local":    map[string]any{"lat": "norte", "lng": 1},
 		}), 422, app.EInvalid, []string{"/payload", "/payload/inicio", "/payload/servidor/nome", "/payload/servidor/cpf", "/payload/local/lat"}},
+		{"findings of every step come at once", valid(func(b map[string]any) {
+			b["timestamp"], b["origem"] = "ontem", ""
+			b["payload"].(map[string]any)["jornadaId"] = "nao-e-uuid"
+		}), 422, app.EInvalid, []string{"/origem", "/timestamp", "/payload/jornadaId"}},
+		{"a bad id and an unknown type both", `{"tipo":"jornada:desconhecida","origem":"rh","event_id":"x","payload":{}}`,
+			422, app.EInvalid, []string{"/event_id", "/tipo"}},
+		{"a bad payload and a missing origem both", `{"tipo":"jornada:iniciada","payload":[1]}`, 422, app.EInvalid, []string{"/payload", "/origem"}},
 		{"an unknown top-level field is refused", valid(func(b map[string]any) { b["prioridade"] = "alta" }), 422, app.EInvalid, []string{"/prioridade"}},
 		{"a wrongly typed field is refused", `{"tipo":5,"origem":"rh","payload":{}}`, 422, app.EInvalid, []string{"/tipo"}},
 		{"a wrongly typed nested field is refused", valid(func(b map[string]any) { b["autoria"] = map[string]any{"id": 7, "tipo": "usuario"} }), 422, app.EInvalid, []string{"/autoria/id"}},
