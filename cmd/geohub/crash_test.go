@@ -105,6 +105,10 @@ type launch struct {
 	flags []string            // more serve flags
 	cred  *syscall.Credential // run as this user (nil: as the test)
 	fsize uint64              // RLIMIT_FSIZE at exec (0: none)
+	// consumerLog, when set, runs the test binary as the server instead,
+	// with an in-process consumer that appends what it handled there (see
+	// crash_consumer_test.go).
+	consumerLog string
 }
 
 // child is one geohub process. exited is closed when it is gone; err is then
@@ -153,14 +157,22 @@ func (l launch) start(t *testing.T) *child {
 	args := append([]string{bin, "serve", "--data", l.data, "--addr", "127.0.0.1:0"}, l.flags...)
 	env := append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
 	var cmd *exec.Cmd
-	if l.fsize > 0 {
+	switch {
+	case l.consumerLog != "":
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command(self, args[1:]...)
+		env = append(env, consumerEnv+"="+l.consumerLog)
+	case l.fsize > 0:
 		self, err := os.Executable()
 		if err != nil {
 			t.Fatal(err)
 		}
 		cmd = exec.Command(self, args...)
 		env = append(env, fsizeEnv+"="+strconv.FormatUint(l.fsize, 10))
-	} else {
+	default:
 		cmd = exec.Command(args[0], args[1:]...)
 	}
 	cmd.Env = env
@@ -1032,7 +1044,8 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 		}
 	}
 	// Consumers: the binary subscribes none, so there are no cursors and no
-	// DLQ rows; what can be checked is that the tables agree with the log.
+	// DLQ rows here; TestConsumerAfterRepeatedKill9 kills a server that has
+	// one.
 	var dlq, cursors, orphan int
 	db.QueryRow("SELECT count(*) FROM dead_letter_queue").Scan(&dlq)
 	db.QueryRow("SELECT count(*) FROM consumer_cursor").Scan(&cursors)
