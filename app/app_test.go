@@ -142,7 +142,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// recorder is a handler that remembers what it saw and fails on demand.
 // dlqSpy watches the status moves the consumers ask of the real store.
 type dlqSpy struct {
 	app.ConsumerStore
@@ -163,6 +162,7 @@ func (s *dlqSpy) moves() []string {
 	return slices.Clone(s.got)
 }
 
+// recorder is a handler that remembers what it saw and fails on demand.
 type recorder struct {
 	mu   sync.Mutex
 	seen []app.Event
@@ -788,3 +788,39 @@ func seqRange(from, to, step int64) []int64 {
 
 func head(s []int64) []int64 { return s[:min(3, len(s))] }
 func tail(s []int64) []int64 { return s[max(0, len(s)-3):] }
+
+// Schemas are 2020-12: another declared draft is refused at registration,
+// but a version stored before that rule still loads and still answers an
+// identical re-registration with 200.
+func TestRegistryDraftRule(t *testing.T) {
+	path := filepath.Join(t.TempDir(), store.FileName)
+	old := app.TypeVersion{Tipo: "antigo:tipo", Versao: "1.0.0", Status: app.StatusAtivo, Audiencia: app.AudienciaTodos,
+		Schema:   json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}`),
+		Redacao:  redact.Rules{Manter: []string{""}},
+		CriadoEm: time.Now()}
+	db, err := store.Open(t.Context(), path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.InsertTypeVersion(t.Context(), old); err != nil { // as an older geohub stored it
+		t.Fatal(err)
+	}
+	db.Close()
+	b := setup(t, path, nil)
+	if _, created, err := b.registry.Register(t.Context(), old); err != nil || created {
+		t.Fatalf("identical re-registration of a stored draft-07 version: created=%v err=%v", created, err)
+	}
+	newer := old
+	newer.Versao = "1.0.1"
+	if _, _, err := b.registry.Register(t.Context(), newer); app.ErrorCode(err) != app.EInvalid {
+		t.Fatalf("a new draft-07 version: %v", err)
+	}
+	for i, decl := range []string{"https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft/2020-12/schema#"} {
+		ok := old
+		ok.Versao = fmt.Sprintf("2.0.%d", i)
+		ok.Schema = json.RawMessage(`{"$schema":"` + decl + `","type":"object"}`)
+		if _, _, err := b.registry.Register(t.Context(), ok); err != nil {
+			t.Fatalf("$schema %s: %v", decl, err)
+		}
+	}
+}

@@ -56,7 +56,10 @@ type AuthStore interface {
 	InsertToken(ctx context.Context, t Token, hash string) error
 	TokenByHash(ctx context.Context, hash string) (Token, error)
 	RevokeToken(ctx context.Context, id string, at time.Time) error
-	InsertOperator(ctx context.Context, o Operator, senhaHash string) (bool, error)
+	// InsertOperator adds an account, false when the login exists. A
+	// non-empty actorID must be an active admin when it commits (EForbidden
+	// otherwise); "" is the server's own operator (first start).
+	InsertOperator(ctx context.Context, actorID string, o Operator, senhaHash string) (bool, error)
 	OperatorByLogin(ctx context.Context, login string) (Operator, string, error)
 }
 
@@ -157,7 +160,7 @@ func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, 
 		return "", false, err
 	}
 	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: "admin", Papel: PapelAdmin, CriadoEm: a.Now().UTC(), Ativo: true}
-	created, err := a.Store.InsertOperator(ctx, o, string(hash))
+	created, err := a.Store.InsertOperator(ctx, "", o, string(hash))
 	if err != nil || !created {
 		return "", false, err
 	}

@@ -75,7 +75,8 @@ func fieldError(prefix string, err error) *Error {
 	switch {
 	case errors.As(err, &typeErr):
 		path := prefix
-		if typeErr.Field != "" {
+		if typeErr.Field != "" || prefix == "" {
+			// "/" for a body of the wrong type, as before nested paths.
 			path += "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
 		}
 		return &Error{Code: EInvalid, Message: "tipo de campo inválido",

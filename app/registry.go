@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -121,10 +123,18 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, b
 		tv.Status = StatusAtivo
 	}
 	c, err := compile(tv)
-	if err == nil {
-		err = checkDraft(tv.Schema)
-	}
 	if err != nil {
+		return TypeVersion{}, false, err
+	}
+	if err := checkDraft(tv.Schema); err != nil {
+		// A version stored before the check still answers an identical
+		// re-registration with 200, as SPEC 5 has it.
+		r.mu.RLock()
+		old, ok := r.versions[tv.Tipo+"@"+tv.Versao]
+		r.mu.RUnlock()
+		if ok && sameContent(old.TypeVersion, tv) {
+			return old.TypeVersion, false, nil
+		}
 		return TypeVersion{}, false, err
 	}
 	c.Schema = canonicalJSON(tv.Schema)
@@ -269,22 +279,50 @@ func compile(tv TypeVersion) (*compiled, error) {
 	return c, nil
 }
 
-// draft2020 is the one JSON Schema dialect the registry speaks (SPEC 5).
-const draft2020 = "https://json-schema.org/draft/2020-12/schema"
+// draft2020 is the one JSON Schema dialect the registry speaks (SPEC 5),
+// named with or without TLS and the empty fragment.
+var draft2020 = regexp.MustCompile(`^https?://json-schema\.org/draft/2020-12/schema#?$`)
 
-// checkDraft refuses a schema that declares another dialect: the validator
-// would follow its rules (draft-07's items, say), not the ones integrators
-// were promised. Checked at registration only, so a version stored before
-// the check still loads.
+// checkDraft refuses a schema in which any resource declares another
+// dialect: the validator would follow its rules (draft-07's items, say), not
+// the ones integrators were promised. Values that are data, not schemas
+// (const, enum, default, examples), are not searched. Checked at
+// registration only, so a version stored before the check still loads.
 func checkDraft(raw json.RawMessage) error {
-	var decl struct {
-		Schema *string `json:"$schema"`
+	var doc any
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil // compile reports it
 	}
-	if json.Unmarshal(raw, &decl) != nil || decl.Schema == nil || strings.TrimSuffix(*decl.Schema, "#") == draft2020 {
+	var found []Detail
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, child := range v {
+				switch k {
+				case "const", "enum", "default", "examples":
+					continue
+				case "$schema":
+					if d, ok := child.(string); ok && !draft2020.MatchString(d) {
+						found = append(found, Detail{path + "/$schema",
+							"o registro usa JSON Schema 2020-12: omita $schema ou use https://json-schema.org/draft/2020-12/schema"})
+					}
+					continue
+				}
+				walk(child, path+"/"+strings.NewReplacer("~", "~0", "/", "~1").Replace(k))
+			}
+		case []any:
+			for i, child := range v {
+				walk(child, path+"/"+strconv.Itoa(i))
+			}
+		}
+	}
+	walk(doc, "/schema")
+	if len(found) == 0 {
 		return nil
 	}
-	return &Error{Code: EInvalid, Message: "registro de tipo inválido",
-		Details: []Detail{{"/schema/$schema", "o registro usa JSON Schema 2020-12: omita $schema ou use " + draft2020}}}
+	slices.SortFunc(found, func(a, b Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
+	return &Error{Code: EInvalid, Message: "registro de tipo inválido", Details: found}
 }
 
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {

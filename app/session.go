@@ -26,8 +26,11 @@ type SessionStore interface {
 	SessionOperator(ctx context.Context, hash string, now time.Time) (Operator, error)
 	DeleteSession(ctx context.Context, hash string) error
 	// SetOperatorPassword changes a password and ends every other session
-	// of the operator but keepSession ("" keeps none).
+	// of the operator but keepSession.
 	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
+	// ResetOperatorPassword sets someone's password and ends all their
+	// sessions, under the same condition on actorID as InsertOperator.
+	ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string) error
 	Operators(ctx context.Context) ([]Operator, error)
 	// SetOperatorActive enables or disables an account and ends its
 	// sessions, if actorID is an active admin when it commits (EForbidden
@@ -290,16 +293,18 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 
 // ResetPassword gives the account o a new random password, returned once,
 // and ends all its sessions: the way back in for someone who forgot theirs,
-// given by an admin on /operadores or by whoever runs the server (geohub
-// operator reset-password). The person should change it at /conta/senha.
-// Failed logins counted against the account are forgiven, in this process.
-func (s *Sessions) ResetPassword(ctx context.Context, o Operator) (string, error) {
+// given by an admin on /operadores (actorID, who must still be an active
+// admin when it commits) or by whoever runs the server (geohub operator
+// reset-password, actorID ""). The person should change it at
+// /conta/senha. Failed logins counted against the account are forgiven, in
+// this process.
+func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator) (string, error) {
 	senha := randomString(18)
 	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
 	if err != nil {
 		return "", err
 	}
-	err = s.Store.SetOperatorPassword(ctx, o.ID, string(hash), "")
+	err = s.Store.ResetOperatorPassword(ctx, actorID, o.ID, string(hash))
 	if errors.Is(err, ErrNotFound) {
 		return "", Errorf(ENotFound, "operador %s não existe", o.Login)
 	}
@@ -312,8 +317,9 @@ func (s *Sessions) ResetPassword(ctx context.Context, o Operator) (string, error
 
 var loginPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{2,39}$`)
 
-// CreateOperator adds a console account (admin only, checked by the caller).
-func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, papel Papel) (Operator, error) {
+// CreateOperator adds a console account on behalf of actorID, who must still
+// be an active admin when it commits ("" for the server's own operator).
+func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha string, papel Papel) (Operator, error) {
 	var bad []Detail
 	if !loginPattern.MatchString(login) {
 		bad = append(bad, Detail{"/login", "3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado"})
@@ -332,7 +338,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, login, senha string, pape
 		return Operator{}, err
 	}
 	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: login, Papel: papel, CriadoEm: s.Now().UTC(), Ativo: true}
-	created, err := s.Store.InsertOperator(ctx, o, string(hash))
+	created, err := s.Store.InsertOperator(ctx, actorID, o, string(hash))
 	if err != nil {
 		return Operator{}, err
 	}

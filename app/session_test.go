@@ -89,7 +89,7 @@ func TestSessions(t *testing.T) {
 		}
 	})
 	t.Run("a password change ends the other sessions", func(t *testing.T) {
-		op, err := s.CreateOperator(ctx, "maria.silva", "senha-da-maria", app.PapelOperador)
+		op, err := s.CreateOperator(ctx, "", "maria.silva", "senha-da-maria", app.PapelOperador)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestSessions(t *testing.T) {
 		}
 	})
 	t.Run("a reset password replaces the old one, ends every session and forgives failed logins", func(t *testing.T) {
-		op, err := s.CreateOperator(ctx, "joao.souza", "senha-do-joao", app.PapelLeitor)
+		op, err := s.CreateOperator(ctx, "", "joao.souza", "senha-do-joao", app.PapelLeitor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestSessions(t *testing.T) {
 		for range 5 {
 			s.Login(ctx, "joao.souza", "esquecida-1", "10.2.2.2")
 		}
-		senha, err := s.ResetPassword(ctx, op)
+		senha, err := s.ResetPassword(ctx, "", op)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,20 +148,50 @@ func TestSessions(t *testing.T) {
 		if _, _, err := s.Login(ctx, "joao.souza", senha, "10.2.2.3"); err != nil {
 			t.Fatalf("the new password: %v", err)
 		}
-		if again, err := s.ResetPassword(ctx, op); err != nil || again == senha {
+		if again, err := s.ResetPassword(ctx, "", op); err != nil || again == senha {
 			t.Fatalf("a second reset gave %q, %v", again, err)
 		}
-		if _, err := s.ResetPassword(ctx, app.Operator{ID: "nao-existe", Login: "ninguem"}); app.ErrorCode(err) != app.ENotFound {
+		if _, err := s.ResetPassword(ctx, "", app.Operator{ID: "nao-existe", Login: "ninguem"}); app.ErrorCode(err) != app.ENotFound {
 			t.Fatalf("an unknown account: %v", err)
 		}
 	})
+	t.Run("an actor who is no longer an active admin changes no account", func(t *testing.T) {
+		_, admin, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.3.3.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := s.CreateOperator(ctx, admin.ID, "ex.admin", "senha-do-ex-admin", app.PapelAdmin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim, err := s.CreateOperator(ctx, admin.ID, "vitima", "senha-da-vitima", app.PapelLeitor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRole(ctx, admin, ex.ID, app.PapelLeitor); err != nil {
+			t.Fatal(err)
+		}
+		// As if its requests had passed the session check just before.
+		if _, err := s.ResetPassword(ctx, ex.ID, victim); app.ErrorCode(err) != app.EForbidden {
+			t.Fatalf("a reset by a demoted admin: %v", err)
+		}
+		if _, err := s.CreateOperator(ctx, ex.ID, "intruso", "senha-do-intruso", app.PapelAdmin); app.ErrorCode(err) != app.EForbidden {
+			t.Fatalf("an account created by a demoted admin: %v", err)
+		}
+		if err := s.SetActive(ctx, ex, admin.ID, false); app.ErrorCode(err) != app.EForbidden {
+			t.Fatalf("a deactivation by a demoted admin: %v", err)
+		}
+		if _, _, err := s.Login(ctx, "vitima", "senha-da-vitima", "10.3.3.2"); err != nil {
+			t.Fatalf("the victim's password changed: %v", err)
+		}
+	})
 	t.Run("operators are validated and unique", func(t *testing.T) {
-		_, err := s.CreateOperator(ctx, "X", "curta", "produtor")
+		_, err := s.CreateOperator(ctx, "", "X", "curta", "produtor")
 		e, ok := err.(*app.Error)
 		if !ok || len(e.Details) != 3 {
 			t.Fatalf("want 3 findings (login, papel, senha), got %v", err)
 		}
-		if _, err := s.CreateOperator(ctx, "maria.silva", "outra-senha-boa", app.PapelLeitor); app.ErrorCode(err) != app.EConflict {
+		if _, err := s.CreateOperator(ctx, "", "maria.silva", "outra-senha-boa", app.PapelLeitor); app.ErrorCode(err) != app.EConflict {
 			t.Fatalf("a duplicate login: %v", err)
 		}
 	})

@@ -46,9 +46,14 @@ func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
 }
 
 // InsertOperator implements app.AuthStore; false when the login exists.
-func (db *DB) InsertOperator(ctx context.Context, o app.Operator, senhaHash string) (bool, error) {
+func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator, senhaHash string) (bool, error) {
 	var created bool
 	err := db.do(ctx, func(tx *wtx) error {
+		if actorID != "" {
+			if err := requireActiveAdmin(tx, actorID); err != nil {
+				return err
+			}
+		}
 		res, err := tx.Exec(`INSERT INTO operator (id, login, senha_hash, papel, criado_em)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT (login) DO NOTHING`, o.ID, o.Login, senhaHash, string(o.Papel), ms(o.CriadoEm))
 		if err != nil {

@@ -339,7 +339,7 @@ func planSeed(t *testing.T, db *DB) planIDs {
 			CriadoEm: now}, fmt.Sprintf("hash-%d", i)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.InsertOperator(ctx, app.Operator{ID: fmt.Sprintf("op-%d", i), Login: fmt.Sprintf("login-%d", i),
+		if _, err := db.InsertOperator(ctx, "", app.Operator{ID: fmt.Sprintf("op-%d", i), Login: fmt.Sprintf("login-%d", i),
 			Papel: app.PapelLeitor, CriadoEm: now}, "bcrypt"); err != nil {
 			t.Fatal(err)
 		}

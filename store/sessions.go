@@ -63,6 +63,27 @@ func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, ke
 	})
 }
 
+// ResetOperatorPassword implements app.SessionStore: a new password and no
+// session left.
+func (db *DB) ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		if actorID != "" {
+			if err := requireActiveAdmin(tx, actorID); err != nil {
+				return err
+			}
+		}
+		res, err := tx.Exec(`UPDATE operator SET senha_hash = ? WHERE id = ?`, senhaHash, operadorID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return app.ErrNotFound
+		}
+		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
+		return err
+	})
+}
+
 // Operators implements app.SessionStore.
 func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 	rows, err := db.read.QueryContext(ctx, `SELECT id, login, papel, criado_em, ativo FROM operator ORDER BY login`)

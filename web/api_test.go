@@ -515,6 +515,7 @@ func TestPublishRefusesBadInputAndLeavesTheLogUnchanged(t *testing.T) {
 		{"a bad payload and a missing origem both", `{"tipo":"jornada:iniciada","payload":[1]}`, 422, app.EInvalid, []string{"/payload", "/origem"}},
 		{"an unknown top-level field is refused", valid(func(b map[string]any) { b["prioridade"] = "alta" }), 422, app.EInvalid, []string{"/prioridade"}},
 		{"a wrongly typed field is refused", `{"tipo":5,"origem":"rh","payload":{}}`, 422, app.EInvalid, []string{"/tipo"}},
+		{"a body that is not an object is refused at /", `[1]`, 422, app.EInvalid, []string{"/"}},
 		{"a wrongly typed nested field is refused", valid(func(b map[string]any) { b["autoria"] = map[string]any{"id": 7, "tipo": "usuario"} }), 422, app.EInvalid, []string{"/autoria/id"}},
 		{"an unknown nested field is named with its path", valid(func(b map[string]any) {
 			b["autoria"] = map[string]any{"id": "u1", "tipo": "usuario", "cargo": "chefe"}
@@ -1105,6 +1106,12 @@ func TestRegistryManagesTypes(t *testing.T) {
 			v["versao"] = "3.0.0"
 			v["schema"] = map[string]any{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}
 		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/schema/$schema"}},
+		{name: "an embedded resource of another draft is refused", body: with(func(v map[string]any) {
+			v["versao"] = "3.0.0"
+			v["schema"] = map[string]any{"type": "object", "$defs": map[string]any{"s": map[string]any{"$id": "sub",
+				"$schema": "http://json-schema.org/draft-07/schema#", "items": []any{map[string]any{"type": "string"}}}},
+				"properties": map[string]any{"l": map[string]any{"$ref": "sub"}, "x": map[string]any{"const": map[string]any{"$schema": "dado"}}}}
+		}), status: 422, codigo: app.EInvalid, caminhos: []string{"/schema/$defs/s/$schema"}},
 		{name: "a schema with a remote ref is refused", body: with(func(v map[string]any) {
 			v["versao"] = "3.0.0"
 			v["schema"] = map[string]any{"$ref": "https://example.com/schema.json"}

@@ -51,8 +51,18 @@ func parse(fs *flag.FlagSet, args []string) error {
 }
 
 func serveCmd(ctx context.Context, args []string) error {
+	cfg, run, err := serveConfig(args)
+	if err != nil || !run {
+		return err
+	}
+	tuneRuntime()
+	m := &Main{Config: cfg, Stdout: os.Stdout}
+	return m.Run(ctx)
+}
+
+// serveConfig reads serve's flags and environment; run is false for --help.
+func serveConfig(args []string) (cfg Config, run bool, err error) {
 	fs := newFlags("serve")
-	cfg := Config{}
 	fs.StringVar(&cfg.Data, "data", envOr("GEOHUB_DATA", "./data"), "data directory: database, master key (env GEOHUB_DATA)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("GEOHUB_ADDR", "127.0.0.1:8080"), "listen address (env GEOHUB_ADDR)")
 	fs.BoolVar(&cfg.Demo, "demo", envOr("GEOHUB_DEMO", "") == "1", "load fixtures/ so the console comes alive (env GEOHUB_DEMO=1)")
@@ -63,12 +73,10 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
 	if err := parse(fs, args); err != nil || isHelp(args) {
-		return err
+		return cfg, false, err
 	}
 	cfg.AdminPassword = os.Getenv("GEOHUB_ADMIN_PASSWORD")
-	tuneRuntime()
-	m := &Main{Config: cfg, Stdout: os.Stdout}
-	return m.Run(ctx)
+	return cfg, true, nil
 }
 
 func isHelp(args []string) bool {
@@ -192,7 +200,7 @@ func resetPassword(ctx context.Context, out io.Writer, data, login string) error
 		return err
 	}
 	sessions := &app.Sessions{Store: db, Now: time.Now}
-	senha, err := sessions.ResetPassword(ctx, o)
+	senha, err := sessions.ResetPassword(ctx, "", o)
 	if err != nil {
 		return err
 	}

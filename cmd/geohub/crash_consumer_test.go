@@ -43,17 +43,18 @@ func init() {
 	os.Exit(serveWithConsumer(path, os.Args[1:]))
 }
 
+// serveWithConsumer is geohub serve (args after "serve") with the consumer.
 func serveWithConsumer(path string, args []string) int {
-	cfg := Config{LogFormat: "text", LogLevel: "info", InsecureCallbacks: true,
-		AdminPassword: os.Getenv("GEOHUB_ADMIN_PASSWORD")}
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--data":
-			cfg.Data = args[i+1]
-		case "--addr":
-			cfg.Addr = args[i+1]
-		}
+	if len(args) == 0 || args[0] != "serve" {
+		fmt.Fprintln(os.Stderr, "consumer server: want serve and its flags")
+		return 111
 	}
+	cfg, run, err := serveConfig(args[1:])
+	if err != nil || !run {
+		fmt.Fprintln(os.Stderr, "consumer server:", err)
+		return 111
+	}
+	tuneRuntime()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer log:", err)
@@ -93,6 +94,11 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 		kills      = 3
 		publishers = 8
 	)
+	// Each restart replays the refused events after the first one, and each
+	// such failure is an attempt: the entries must stay open to be checked.
+	if kills+1 >= app.MaxDLQAttempts {
+		t.Fatalf("kills (%d) must stay below MaxDLQAttempts-1 (%d)", kills, app.MaxDLQAttempts-1)
+	}
 	data := t.TempDir()
 	handledPath := t.TempDir() + "/handled.log"
 	start := func() *child {

@@ -499,6 +499,9 @@ func TestOperatorRoleChange(t *testing.T) {
 				}
 			}
 		}
+		if holder == nil {
+			t.Fatal("no admin left to try bad requests with")
+		}
 		for _, tt := range []struct {
 			id, papel string
 			want      int

@@ -41,7 +41,7 @@ func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
 		f.Errors["confirma"] = "as senhas não conferem"
 	}
 	if len(f.Errors) == 0 {
-		o, err := c.Sessions.CreateOperator(r.Context(), f.V("login"), r.PostFormValue("senha"), app.Papel(f.V("papel")))
+		o, err := c.Sessions.CreateOperator(r.Context(), sessionOf(r).op.ID, f.V("login"), r.PostFormValue("senha"), app.Papel(f.V("papel")))
 		if err == nil {
 			c.redirect(w, r, "/operadores", "Conta "+o.Login+" criada com o papel "+papelLabel[string(o.Papel)]+". Entregue a senha por um canal seguro; ela pode ser trocada em “Trocar senha”.")
 			return
@@ -110,7 +110,7 @@ func (c *Console) resetOperatorPassword(w http.ResponseWriter, r *http.Request) 
 		c.fail(w, r, app.Errorf(app.ENotFound, "operador %s não existe", id))
 		return
 	}
-	senha, err := c.Sessions.ResetPassword(r.Context(), ops[i])
+	senha, err := c.Sessions.ResetPassword(r.Context(), sessionOf(r).op.ID, ops[i])
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -421,7 +421,7 @@ func TestDeliveriesPagesAndResend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.sessions.CreateOperator(context.Background(), "leitora", "senha-da-leitora-1", app.PapelLeitor); err != nil {
+	if _, err := b.sessions.CreateOperator(context.Background(), "", "leitora", "senha-da-leitora-1", app.PapelLeitor); err != nil {
 		t.Fatal(err)
 	}
 	admin, adminCSRF := loginAs(t, b, "admin", benchAdminPassword)
@@ -495,7 +495,7 @@ func TestDeliveriesPagesAndResend(t *testing.T) {
 
 func TestDLQPageAndReprocess(t *testing.T) {
 	b := newTailBench(t)
-	if _, err := b.sessions.CreateOperator(context.Background(), "leitora", "senha-da-leitora-1", app.PapelLeitor); err != nil {
+	if _, err := b.sessions.CreateOperator(context.Background(), "", "leitora", "senha-da-leitora-1", app.PapelLeitor); err != nil {
 		t.Fatal(err)
 	}
 	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
