@@ -70,6 +70,8 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 		"allow http:// and loopback callback URLs: local demos and tests only (env GEOHUB_INSECURE_CALLBACKS=1)")
 	fs.BoolVar(&cfg.NoAutoDisable, "no-auto-disable", envOr("GEOHUB_NO_AUTO_DISABLE", "") == "1",
 		"never deactivate an integrator that keeps failing (default: after 120 h of failures) (env GEOHUB_NO_AUTO_DISABLE=1)")
+	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", envOr("GEOHUB_TRUSTED_PROXIES", ""),
+		"reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For and X-Forwarded-Proto the console believes (env GEOHUB_TRUSTED_PROXIES)")
 	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
 	if err := parse(fs, args); err != nil || isHelp(args) {

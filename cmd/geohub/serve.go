@@ -36,6 +36,7 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	AdminPassword     string
+	TrustedProxies    string // comma-separated addresses or CIDR prefixes
 }
 
 // Main is the running program. Tests start it in-process with Run and read
@@ -158,6 +159,10 @@ func (m *Main) Run(ctx context.Context) error {
 	logger, err := newLogger(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	if err != nil {
 		return err
+	}
+	proxies, err := console.ParseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	db, key, err := openData(ctx, cfg.Data)
 	if err != nil {
@@ -296,7 +301,7 @@ func (m *Main) Run(ctx context.Context) error {
 	cons := &console.Console{
 		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
 		Audit:    audit, Deliveries: deliveries, Integrators: integrators, Registry: registry,
-		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, Logger: logger, Now: time.Now,
+		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
 		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db,
 	}
 	srv := &web.Server{

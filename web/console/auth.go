@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"strings"
 
@@ -33,8 +32,9 @@ func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, 
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
+	_, https := c.client(r)
 	http.SetCookie(w, &http.Cookie{Name: loginCSRF, Value: token, Path: "/login", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 3600})
+		SameSite: http.SameSiteStrictMode, Secure: https, MaxAge: 3600})
 	back := safeBack(r.FormValue("volta"))
 	aviso := ""
 	if _, err := r.Cookie(sessionCookie); err == nil && r.Method == http.MethodGet && r.URL.Query().Has("volta") {
@@ -51,7 +51,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := newForm(r, "login")
-	client, _, _ := net.SplitHostPort(r.RemoteAddr)
+	client, https := c.client(r)
 	secret, _, err := c.Sessions.Login(r.Context(), strings.TrimSpace(r.PostFormValue("login")), r.PostFormValue("senha"), client)
 	if err != nil {
 		status := app.ErrorCode(err).HTTPStatus()
@@ -72,7 +72,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: secret, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		SameSite: http.SameSiteStrictMode, Secure: https})
 	http.SetCookie(w, &http.Cookie{Name: loginCSRF, Path: "/login", MaxAge: -1})
 	http.Redirect(w, r, safeBack(r.PostFormValue("volta")), http.StatusSeeOther)
 }

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -52,8 +53,11 @@ type Console struct {
 	Attempts        app.AttemptLog
 	// Insecure says --insecure-callbacks is on: every page says so.
 	Insecure bool
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
+	// X-Forwarded-Proto the console believes (see client).
+	TrustedProxies []netip.Prefix
+	Logger         *slog.Logger
+	Now            func() time.Time
 
 	tails tails
 }

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -517,6 +518,89 @@ func TestOperatorRoleChange(t *testing.T) {
 		after, _ := db.Operators(t.Context())
 		if !slices.EqualFunc(ops, after, func(a, b app.Operator) bool { return a.Papel == b.Papel }) {
 			t.Fatalf("roles changed: %v → %v", ops, after)
+		}
+	})
+}
+
+// forwarded is a browser behind a reverse proxy at 127.0.0.1: the proxy
+// adds who the browser is and how it came in.
+type forwarded struct {
+	from, proto string
+}
+
+func (f forwarded) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Forwarded-For", f.from)
+	r.Header.Set("X-Forwarded-Proto", f.proto)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func proxiedClient(from, proto string) *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, Transport: forwarded{from, proto},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func TestConsoleBehindATrustedProxy(t *testing.T) {
+	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(trusted string) *httptest.Server {
+		proxies, err := console.ParseTrustedProxies(trusted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))},
+			Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
+			TrustedProxies: proxies}
+		srv := httptest.NewServer(c.Handler())
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	secure := func(res *http.Response) bool {
+		for _, ck := range res.Cookies() {
+			if ck.Name == "geohub_sessao" || ck.Name == "geohub_csrf_login" {
+				return ck.Secure
+			}
+		}
+		t.Fatalf("no console cookie in %v", res.Header["Set-Cookie"])
+		return false
+	}
+
+	t.Run("behind the proxy, one browser's failed logins do not lock the others out", func(t *testing.T) {
+		srv := serve("127.0.0.1")
+		guesser := proxiedClient("203.0.113.7", "https")
+		for i := range 5 {
+			tryLogin(t, srv, guesser, fmt.Sprintf("ninguem-%d", i), "errada-errada", "/")
+		}
+		if res, _ := tryLogin(t, srv, guesser, "admin", "senha-do-admin-1", "/"); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("the guesser's 6th attempt: %d", res.StatusCode)
+		}
+		other := proxiedClient("203.0.113.8", "https")
+		res, _ := tryLogin(t, srv, other, "admin", "senha-do-admin-1", "/")
+		if res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("another browser behind the same proxy: %d", res.StatusCode)
+		}
+		if !secure(res) {
+			t.Error("the session cookie is not Secure though the browser came in over https")
+		}
+	})
+	t.Run("an untrusted peer's forwarding headers change nothing", func(t *testing.T) {
+		srv := serve("")
+		res, _ := get(t, proxiedClient("203.0.113.9", "https"), srv.URL+"/login")
+		if secure(res) {
+			t.Error("a forged X-Forwarded-Proto made the cookie Secure")
+		}
+		for i := range 5 {
+			tryLogin(t, srv, proxiedClient(fmt.Sprintf("198.51.100.%d", i), "http"), fmt.Sprintf("outro-%d", i), "errada-errada", "/")
+		}
+		if res, _ := tryLogin(t, srv, proxiedClient("198.51.100.99", "http"), "admin", "senha-do-admin-1", "/"); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("forged addresses escaped the per-address limit: %d", res.StatusCode)
 		}
 	})
 }

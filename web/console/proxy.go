@@ -1,0 +1,74 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ParseTrustedProxies reads --trusted-proxies: addresses or CIDR prefixes,
+// comma-separated, of the reverse proxies in front of geohub.
+func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: want an IP address or a CIDR prefix", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
+
+// client is who sent a request, as far as the console can tell: the peer,
+// or, when the peer is a trusted proxy, the address that proxy (and any
+// trusted one before it) saw, from X-Forwarded-For read right to left; and
+// whether the browser reached us over TLS (X-Forwarded-Proto from a trusted
+// proxy). Headers from anyone else are ignored: they are the client's to
+// forge. The login limits key on this address and cookies are Secure when
+// https is true.
+func (c *Console) client(r *http.Request) (addr string, https bool) {
+	https = r.TLS != nil
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr, https
+	}
+	ip := peer.Addr().Unmap()
+	if !c.trusted(ip) {
+		return ip.String(), https
+	}
+	if v := r.Header.Values("X-Forwarded-Proto"); len(v) > 0 {
+		protos := strings.Split(v[len(v)-1], ",")
+		https = https || strings.EqualFold(strings.TrimSpace(protos[len(protos)-1]), "https")
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // garbage: keep the last address we could trust
+		}
+		ip = hop.Unmap()
+		if !c.trusted(ip) {
+			break
+		}
+	}
+	return ip.String(), https
+}
+
+func (c *Console) trusted(ip netip.Addr) bool {
+	for _, p := range c.TrustedProxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
