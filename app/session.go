@@ -34,7 +34,8 @@ type SessionStore interface {
 	Operators(ctx context.Context) ([]Operator, error)
 	// SetOperatorActive enables or disables an account and ends its
 	// sessions, if actorID is an active admin when it commits (EForbidden
-	// otherwise). ErrNotFound for an unknown id.
+	// otherwise; "" is the server's own operator, unchecked). ErrNotFound
+	// for an unknown id.
 	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error
 	// SetOperatorRole changes an account's role, under the same condition
 	// on actorID as SetOperatorActive.

@@ -66,22 +66,7 @@ func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, ke
 // ResetOperatorPassword implements app.SessionStore: a new password and no
 // session left.
 func (db *DB) ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string) error {
-	return db.do(ctx, func(tx *wtx) error {
-		if actorID != "" {
-			if err := requireActiveAdmin(tx, actorID); err != nil {
-				return err
-			}
-		}
-		res, err := tx.Exec(`UPDATE operator SET senha_hash = ? WHERE id = ?`, senhaHash, operadorID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return app.ErrNotFound
-		}
-		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
-		return err
-	})
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET senha_hash = ? WHERE id = ?`, senhaHash, true)
 }
 
 // Operators implements app.SessionStore.
@@ -108,37 +93,38 @@ func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 // either way, so a login that raced a deactivation cannot come back with a
 // later reactivation.
 func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error {
-	return db.do(ctx, func(tx *wtx) error {
-		if err := requireActiveAdmin(tx, actorID); err != nil {
-			return err
-		}
-		res, err := tx.Exec(`UPDATE operator SET ativo = ? WHERE id = ?`, ativo, operadorID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return app.ErrNotFound
-		}
-		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
-		return err
-	})
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET ativo = ? WHERE id = ?`, ativo, true)
 }
 
 // SetOperatorRole implements app.SessionStore. Sessions stay: each request
 // reads the role afresh.
 func (db *DB) SetOperatorRole(ctx context.Context, actorID, operadorID string, papel app.Papel) error {
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET papel = ? WHERE id = ?`, papel, false)
+}
+
+// changeOperator is one admin change to an account, in one transaction:
+// the actor check (none for actorID "", the server's own operator), the
+// update (one value, then the account's id), ErrNotFound for an unknown
+// account, and the end of its sessions when endSessions.
+func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update string, value any, endSessions bool) error {
 	return db.do(ctx, func(tx *wtx) error {
-		if err := requireActiveAdmin(tx, actorID); err != nil {
-			return err
+		if actorID != "" {
+			if err := requireActiveAdmin(tx, actorID); err != nil {
+				return err
+			}
 		}
-		res, err := tx.Exec(`UPDATE operator SET papel = ? WHERE id = ?`, papel, operadorID)
+		res, err := tx.Exec(update, value, operadorID)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		if !endSessions {
+			return nil
+		}
+		_, err = tx.Exec(`DELETE FROM operator_session WHERE operador_id = ?`, operadorID)
+		return err
 	})
 }
 

@@ -207,6 +207,55 @@ func signInAs(t *testing.T, srv *httptest.Server, c *http.Client, login, senha s
 	return m[1]
 }
 
+// adminPost is one admin's form post: who, with which form token, where.
+type adminPost struct {
+	c    *http.Client
+	csrf string
+	path string
+}
+
+// postTogether sends the posts at once and returns their statuses, sorted
+// (0 for a transport error).
+func postTogether(srv *httptest.Server, form url.Values, posts ...adminPost) []int {
+	codes := make(chan int, len(posts))
+	for _, p := range posts {
+		go func() {
+			f := url.Values{"csrf": {p.csrf}}
+			for k, v := range form {
+				f[k] = v
+			}
+			res, err := p.c.PostForm(srv.URL+p.path, f)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	got := make([]int, len(posts))
+	for i := range got {
+		got[i] = <-codes
+	}
+	slices.Sort(got)
+	return got
+}
+
+func activeAdmins(t *testing.T, db *store.DB) int {
+	t.Helper()
+	ops, err := db.Operators(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range ops {
+		if o.Papel == app.PapelAdmin && o.Ativo {
+			n++
+		}
+	}
+	return n
+}
+
 func TestOperatorDeactivation(t *testing.T) {
 	srv, db := consoleServerDB(t)
 	admin := client(t)
@@ -304,33 +353,12 @@ func TestOperatorDeactivation(t *testing.T) {
 		for _, o := range ops {
 			ids[o.Login] = o.ID
 		}
-		codes := make(chan int, 2)
-		for _, c := range []struct {
-			cl         *http.Client
-			csrf, whom string
-		}{{admin, csrf, ids["beltrano"]}, {other, otherCSRF, ids["admin"]}} {
-			go func() {
-				res, err := c.cl.PostForm(srv.URL+"/operadores/"+c.whom+"/ativo", url.Values{"csrf": {c.csrf}, "ativo": {"nao"}})
-				if err != nil {
-					codes <- 0
-					return
-				}
-				res.Body.Close()
-				codes <- res.StatusCode
-			}()
-		}
-		got := []int{<-codes, <-codes}
-		slices.Sort(got)
 		// One succeeds; the other either finds its own session gone (303
 		// to /login) or its account no longer an active admin (403).
-		ops, _ = db.Operators(t.Context())
-		active := 0
-		for _, o := range ops {
-			if o.Papel == app.PapelAdmin && o.Ativo {
-				active++
-			}
-		}
-		if active != 1 {
+		got := postTogether(srv, url.Values{"ativo": {"nao"}},
+			adminPost{admin, csrf, "/operadores/" + ids["beltrano"] + "/ativo"},
+			adminPost{other, otherCSRF, "/operadores/" + ids["admin"] + "/ativo"})
+		if active := activeAdmins(t, db); active != 1 {
 			t.Fatalf("%d active admins after a mutual deactivation (answers %v), want 1", active, got)
 		}
 	})
@@ -460,30 +488,10 @@ func TestOperatorRoleChange(t *testing.T) {
 		}
 	})
 	t.Run("two admins demoting each other at once leave one admin", func(t *testing.T) {
-		codes := make(chan int, 2)
-		for _, c := range []struct {
-			cl         *http.Client
-			csrf, whom string
-		}{{admin, csrf, ids["fulana"]}, {fulana, fulanaCSRF, ids["admin"]}} {
-			go func() {
-				res, err := c.cl.PostForm(srv.URL+"/operadores/"+c.whom+"/papel", url.Values{"csrf": {c.csrf}, "papel": {"leitor"}})
-				if err != nil {
-					codes <- 0
-					return
-				}
-				res.Body.Close()
-				codes <- res.StatusCode
-			}()
-		}
-		got := []int{<-codes, <-codes}
-		ops, _ := db.Operators(t.Context())
-		admins := 0
-		for _, o := range ops {
-			if o.Papel == app.PapelAdmin && o.Ativo {
-				admins++
-			}
-		}
-		if admins != 1 {
+		got := postTogether(srv, url.Values{"papel": {"leitor"}},
+			adminPost{admin, csrf, "/operadores/" + ids["fulana"] + "/papel"},
+			adminPost{fulana, fulanaCSRF, "/operadores/" + ids["admin"] + "/papel"})
+		if admins := activeAdmins(t, db); admins != 1 {
 			t.Fatalf("%d admins after a mutual demotion (answers %v), want 1", admins, got)
 		}
 	})
