@@ -51,7 +51,8 @@ func (p CallbackPolicy) refusal(a netip.Addr) string {
 		return "endereço CGNAT (100.64.0.0/10)"
 	case a.Is4() && (a.As4()[0] == 0 || a.As4()[0] >= 240 || benchmarking.Contains(a)):
 		return "endereço reservado"
-	case a.Is6() && (nat64.Contains(a) || sixToFour.Contains(a) || ipv4Compatible.Contains(a) || siteLocal.Contains(a)):
+	case a.Is6() && (nat64.Contains(a) || nat64Local.Contains(a) || ipv4Translated.Contains(a) ||
+		sixToFour.Contains(a) || ipv4Compatible.Contains(a) || siteLocal.Contains(a)):
 		// These carry or reach an IPv4 address (NAT64, 6to4, IPv4-compatible)
 		// or are deprecated internal space: through them a private IPv4
 		// address could be reached under a public-looking IPv6 one.
@@ -63,6 +64,8 @@ func (p CallbackPolicy) refusal(a netip.Addr) string {
 var (
 	benchmarking   = netip.MustParsePrefix("198.18.0.0/15")
 	nat64          = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215
+	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // SIIT, RFC 2765
 	sixToFour      = netip.MustParsePrefix("2002::/16")
 	ipv4Compatible = netip.MustParsePrefix("::/96")
 	siteLocal      = netip.MustParsePrefix("fec0::/10")

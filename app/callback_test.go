@@ -58,6 +58,8 @@ func TestCallbackRefusesHiddenInsideAddressesNonASCIIHostsAndBadPorts(t *testing
 	cases := map[string]string{
 		"https://[64:ff9b::a00:1]/x":        "transição", // NAT64 of 10.0.0.1
 		"https://[2002:7f00:1::1]/x":        "transição", // 6to4 of 127.0.0.1
+		"https://[64:ff9b:1::a00:1]/x":      "transição", // local-use NAT64 (RFC 8215) of 10.0.0.1
+		"https://[::ffff:0:a00:1]/x":        "transição", // IPv4-translated (SIIT) 10.0.0.1
 		"https://[::a00:1]/x":               "transição", // IPv4-compatible 10.0.0.1
 		"https://[fec0::1]/x":               "transição", // site-local
 		"https://198.18.0.1/x":              "reservado", // benchmarking

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 )
@@ -305,7 +307,9 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 		delete(st.inFlight, r.Integrador)
 	}
 	st.total--
-	d.trip(r.Integrador, r.Falha, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
+	if !r.Unsent {
+		d.trip(r.Integrador, r.Falha, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
+	}
 	d.Metrics.delivered(r)
 	st.outcomes = append(st.outcomes, r)
 }
@@ -599,6 +603,14 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 		res.Falha = false
 		res.Proxima = start
 		return res
+	case errors.Is(err, errUnsendable):
+		// No retry can change it: dead letter now, with the reason.
+		res.Status = EntregaFalhou
+		res.Unsent = true
+		res.Attempt.Erro = err.Error()
+		res.UltimoErr = err.Error() + ": não haverá nova tentativa"
+		res.Proxima = start
+		return res
 	case err == nil && (status == http.StatusBadRequest || status == http.StatusUnauthorized):
 		// The receiver's protocol answer: the body or signature is wrong,
 		// and a retry would send the same bytes.
@@ -638,10 +650,24 @@ func integratorBackoff(in Integrator) []time.Duration {
 	return DefaultBackoff()
 }
 
+// errUnsendable marks a delivery that cannot be sent as it stands.
+var errUnsendable = errors.New("entrega impossível de enviar")
+
+// headerSafe says whether s may be an HTTP header value as it is: no
+// control characters (CR and LF would split the header).
+func headerSafe(s string) bool {
+	return !strings.ContainsFunc(s, unicode.IsControl)
+}
+
 // post sends the signed request and reads the start of the answer.
 func (d *Dispatcher) post(ctx context.Context, in Integrator, del Delivery, entregaID string, attempt int) (int, time.Duration, string, error) {
 	if del.Corpo == nil {
-		return 0, 0, "", errors.New("o corpo da entrega foi expurgado")
+		return 0, 0, "", fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)
+	}
+	if !headerSafe(del.Agregado) {
+		// Publish refuses such an agregado; one stored before it did would
+		// otherwise fail every attempt and open the integrator's breaker.
+		return 0, 0, "", fmt.Errorf("%w: o agregado tem caracteres que um cabeçalho HTTP não admite", errUnsendable)
 	}
 	current, previous, err := d.Integrators.Secrets(ctx, in.ID)
 	if err != nil {

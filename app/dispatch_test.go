@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"geohub/app"
 	"geohub/app/redact"
 	"geohub/store"
@@ -588,5 +590,43 @@ func TestTheDefaultBackoff(t *testing.T) {
 				t.Fatalf("next attempt %v after the first, want %v", got, wait)
 			}
 		})
+	}
+}
+
+// A row that cannot be put on the wire (an agregado with a line break,
+// stored before publish refused one) is dead-lettered at its first attempt,
+// and, saying nothing of the receiver, never opens its breaker: the events
+// behind it go out at once.
+func TestAnUnsendableDeliveryIsDeadLetteredWithoutTrippingTheBreaker(t *testing.T) {
+	k := newOutboxKit(t)
+	rc := newReceiver(t, nil)
+	in := k.integrator(t, rc, nil)
+	var poisoned []string
+	for range 6 { // more than the breaker's threshold
+		id := uuid.Must(uuid.NewV7()).String()
+		ev := app.Event{EventID: id, Tipo: "teste:a", VersaoSchema: "1.0.0", Timestamp: k.clock.Now(), Origem: "teste",
+			CorrelacaoID: id, Agregado: "x\r\nX-Injetado: 1", Payload: json.RawMessage(`{"n":1}`)}
+		out := &app.Outbox{Body: []byte(`{"n":1}`), Agregado: ev.Agregado, Recipients: func(string) []string { return []string{in.ID} }}
+		if _, err := k.db.Append(context.Background(), []app.Pending{{Event: ev, Outbox: out}}); err != nil {
+			t.Fatal(err)
+		}
+		poisoned = append(poisoned, id)
+	}
+	k.dispatcher.Wake()
+	for _, id := range poisoned {
+		waitFor(t, "the dead letter", func() bool { return k.delivery(t, id, in.ID).Status == app.EntregaFalhou })
+		if d := k.delivery(t, id, in.ID); d.Tentativas != 1 || !strings.Contains(d.UltimoErro, "cabeçalho HTTP") {
+			t.Fatalf("unsendable row: %+v", d)
+		}
+	}
+	healthy := k.publish(t, "teste:a", "x:1", nil)
+	waitFor(t, "the next event, with no breaker in the way", func() bool {
+		return k.delivery(t, healthy.EventID, in.ID).Status == app.EntregaEntregue
+	})
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("the receiver got %d requests; want only the healthy event's", n)
+	}
+	if in, _ := k.integrators.Get(context.Background(), in.ID); in.FalhandoDesde != nil {
+		t.Fatalf("an unsendable row started a failing period: %v", in.FalhandoDesde)
 	}
 }

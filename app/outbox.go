@@ -74,6 +74,10 @@ type DeliveryResult struct {
 	// starts or extends the integrator's failing period, and a success ends it.
 	Falha      bool
 	Integrador string
+	// Unsent: the request could not be put on the wire (its body was
+	// purged, or a header value is not one HTTP allows). It says nothing of
+	// the receiver: neither the breaker nor the failing period counts it.
+	Unsent bool
 	// Deferred: the row was claimed but never sent (its integrator's
 	// circuit opened, or it was disabled, meanwhile); it goes back to
 	// pendente at Proxima with no attempt recorded.

@@ -37,13 +37,29 @@ type Publisher struct {
 func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, created bool, err error) {
 	pending, err := p.prepare(req)
 	if err != nil {
-		return p.existingOr(ctx, req.EventID, err)
+		return p.existingOr(ctx, req, err)
 	}
 	stored, err := p.appendAll(ctx, []Pending{pending})
 	if err != nil {
 		return Event{}, false, err
 	}
+	if !stored[0].Created && !sameSender(stored[0].Event, req) {
+		return Event{}, false, errIDTaken()
+	}
 	return stored[0].Event, stored[0].Created, nil
+}
+
+// sameSender says whether a repeat of an event_id is the publish that
+// stored it (same tipo and origem) and may see its record: a retry is; a
+// producer that learnt another event's id and sends its own publish with
+// it is not.
+func sameSender(stored Event, req PublishRequest) bool {
+	return stored.Tipo == req.Tipo && stored.Origem == req.Origem
+}
+
+func errIDTaken() error {
+	return &Error{Code: EConflict, Message: "event_id já pertence a outro evento",
+		Details: []Detail{{"/event_id", "já usado por um evento de outro tipo ou origem"}}}
 }
 
 // PublishAll validates every request, then appends them all in one durable
@@ -149,8 +165,10 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 			bad = append(bad, Detail{"/solicitacao", "deve ser o UUID (x-solicitacao-id) do comando"})
 		}
 	}
-	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255) {
-		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas, até 255 caracteres"})
+	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255 || !headerSafe(req.Agregado)) {
+		// It travels in X-Geohub-Agregado: a control character would make
+		// every delivery of the event impossible.
+		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas nem caracteres de controle, até 255 caracteres"})
 	}
 	if a := req.Autoria; a != nil {
 		if a.ID == "" || len(a.ID) > 255 {
@@ -245,12 +263,12 @@ func (v *invalid) err() error {
 // the event would no longer validate (its version was deprecated since, say):
 // idempotency means a repeat gets the first outcome. The lookup runs only on
 // this failure path, so valid publishes pay nothing for it.
-func (p *Publisher) existingOr(ctx context.Context, eventID string, err error) (Event, bool, error) {
-	id, ok := canonicalUUID(eventID)
+func (p *Publisher) existingOr(ctx context.Context, req PublishRequest, err error) (Event, bool, error) {
+	id, ok := canonicalUUID(req.EventID)
 	if !ok || ErrorCode(err) != EInvalid {
 		return Event{}, false, err
 	}
-	if ev, lerr := p.Log.Event(ctx, id); lerr == nil {
+	if ev, lerr := p.Log.Event(ctx, id); lerr == nil && sameSender(ev, req) {
 		return ev, false, nil
 	}
 	return Event{}, false, err

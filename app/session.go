@@ -193,7 +193,9 @@ func (s *Sessions) release(keys []string, at time.Time) {
 	}
 }
 
-// evict drops expired counters and, if that is not enough, the oldest half.
+// evict drops expired counters and, if that is not enough, the oldest half,
+// locked logins last: a flood of new addresses must not wipe the lock on
+// the account it is guessing at.
 func (s *Sessions) evict(now time.Time) {
 	for k := range s.failures {
 		s.recent(k, now)
@@ -202,14 +204,24 @@ func (s *Sessions) evict(now time.Time) {
 		return
 	}
 	type entry struct {
-		k    string
-		last time.Time
+		k      string
+		locked bool
+		last   time.Time
 	}
 	all := make([]entry, 0, len(s.failures))
 	for k, ts := range s.failures {
-		all = append(all, entry{k, ts[len(ts)-1]})
+		locked := strings.HasPrefix(k, "login:") && len(ts) >= loginMaxFailures
+		all = append(all, entry{k, locked, ts[len(ts)-1]})
 	}
-	slices.SortFunc(all, func(a, b entry) int { return a.last.Compare(b.last) })
+	slices.SortFunc(all, func(a, b entry) int {
+		if a.locked != b.locked {
+			if a.locked {
+				return 1
+			}
+			return -1
+		}
+		return a.last.Compare(b.last)
+	})
 	for _, e := range all[:len(all)/2] {
 		delete(s.failures, e.k)
 	}

@@ -179,6 +179,9 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
+			if r.Unsent {
+				continue // says nothing of the receiver
+			}
 			if !r.Falha {
 				delete(failing, r.Integrador)
 				if cleared[r.Integrador] {

@@ -516,6 +516,8 @@ func TestPublishRefusesBadInputAndLeavesTheLogUnchanged(t *testing.T) {
 		{"an unknown top-level field is refused", valid(func(b map[string]any) { b["prioridade"] = "alta" }), 422, app.EInvalid, []string{"/prioridade"}},
 		{"a wrongly typed field is refused", `{"tipo":5,"origem":"rh","payload":{}}`, 422, app.EInvalid, []string{"/tipo"}},
 		{"a body that is not an object is refused at /", `[1]`, 422, app.EInvalid, []string{"/"}},
+		{"an agregado with a line break is refused (it travels in a header)", valid(func(b map[string]any) { b["agregado"] = "x\r\nX-Injetado: 1" }),
+			422, app.EInvalid, []string{"/agregado"}},
 		{"a wrongly typed nested field is refused", valid(func(b map[string]any) { b["autoria"] = map[string]any{"id": 7, "tipo": "usuario"} }), 422, app.EInvalid, []string{"/autoria/id"}},
 		{"an unknown nested field is named with its path", valid(func(b map[string]any) {
 			b["autoria"] = map[string]any{"id": "u1", "tipo": "usuario", "cargo": "chefe"}
@@ -729,6 +731,24 @@ func TestPublishStoresTheRedactedRecord(t *testing.T) {
 		}
 		if after := env.count(t); after != before {
 			t.Errorf("the log went from %d to %d events", before, after)
+		}
+	})
+
+	t.Run("another producer's event_id shows nothing of that event", func(t *testing.T) {
+		for name, body := range map[string]any{
+			"a valid publish of another type": map[string]any{"tipo": "teste:livre", "origem": "rh", "event_id": eventID, "payload": map[string]any{"n": 1}},
+			"a valid publish from another origem": map[string]any{"tipo": "jornada:iniciada", "origem": "outro", "event_id": eventID,
+				"payload": apiJornada()},
+		} {
+			res := env.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body)
+			if res.Status != http.StatusConflict || strings.Contains(string(res.Body), ev.CorrelacaoID) {
+				t.Errorf("%s: %d %s", name, res.Status, res.Body)
+			}
+		}
+		res := env.do(t, http.MethodPost, "/api/events", app.PapelProdutor,
+			map[string]any{"tipo": "nao:existe", "origem": "rh", "event_id": eventID, "payload": map[string]any{}})
+		if res.Status != http.StatusUnprocessableEntity || strings.Contains(string(res.Body), ev.CorrelacaoID) {
+			t.Errorf("an invalid publish with a stored id: %d %s", res.Status, res.Body)
 		}
 	})
 
