@@ -16,7 +16,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 
 	"github.com/google/uuid"
 )
@@ -653,10 +652,10 @@ func integratorBackoff(in Integrator) []time.Duration {
 // errUnsendable marks a delivery that cannot be sent as it stands.
 var errUnsendable = errors.New("entrega impossível de enviar")
 
-// headerSafe says whether s may be an HTTP header value as it is: no
-// control characters (CR and LF would split the header).
+// headerSafe says whether s may be an HTTP header value (RFC 9110): no
+// control byte but horizontal tab (CR and LF would split the header).
 func headerSafe(s string) bool {
-	return !strings.ContainsFunc(s, unicode.IsControl)
+	return !strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
 }
 
 // post sends the signed request and reads the start of the answer.

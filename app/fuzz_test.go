@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -139,6 +140,8 @@ func FuzzPublish(f *testing.F) {
 		{" ocorrencia:42", "u-1", "robo", "nao-uuid"},
 		{strings.Repeat("a", 256), "", "sistema", ""},
 		{"ocorrencia:43", strings.Repeat("u", 256), "integrador", strings.ToUpper(id1)},
+		{"ocorrencia:44\r\nX-Injetado: 1", "u-2", "usuario", ""},
+		{"ocorrencia:\t45", "u-2", "usuario", ""},
 	} {
 		f.Add(fuzzTipo, "rh", "", "", "", "", []byte(ok), e.agregado, e.autoriaID, e.autoriaTipo, e.solicitacao)
 	}
@@ -264,7 +267,8 @@ func fuzzCheckAccepted(t *testing.T, schema *jsonschema.Schema, req app.PublishR
 		t.Fatalf("solicitacao %q stored as %q", req.Solicitacao, stored.Solicitacao)
 	case strings.TrimSpace(req.Origem) == "" || len(req.Origem) > 100:
 		t.Fatalf("accepted origem %q", req.Origem)
-	case req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255):
+	case req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255 ||
+		strings.ContainsFunc(req.Agregado, unicode.IsControl)):
 		t.Fatalf("accepted agregado %q", req.Agregado)
 	case req.Autoria != nil && (req.Autoria.ID == "" || len(req.Autoria.ID) > 255 ||
 		!slices.Contains([]string{"usuario", "integrador", "sistema"}, req.Autoria.Tipo)):

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -165,7 +166,7 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 			bad = append(bad, Detail{"/solicitacao", "deve ser o UUID (x-solicitacao-id) do comando"})
 		}
 	}
-	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255 || !headerSafe(req.Agregado)) {
+	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255 || strings.ContainsFunc(req.Agregado, unicode.IsControl)) {
 		// It travels in X-Geohub-Agregado: a control character would make
 		// every delivery of the event impossible.
 		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas nem caracteres de controle, até 255 caracteres"})

@@ -34,8 +34,7 @@ type SessionStore interface {
 	Operators(ctx context.Context) ([]Operator, error)
 	// SetOperatorActive enables or disables an account and ends its
 	// sessions, if actorID is an active admin when it commits (EForbidden
-	// otherwise; "" is the server's own operator, unchecked). ErrNotFound
-	// for an unknown id.
+	// otherwise, and for ""). ErrNotFound for an unknown id.
 	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error
 	// SetOperatorRole changes an account's role, under the same condition
 	// on actorID as SetOperatorActive.
@@ -193,9 +192,10 @@ func (s *Sessions) release(keys []string, at time.Time) {
 	}
 }
 
-// evict drops expired counters and, if that is not enough, the oldest half,
-// locked logins last: a flood of new addresses must not wipe the lock on
-// the account it is guessing at.
+// evict drops expired counters and, if that is not enough, half the rest:
+// addresses before logins, and logins with fewer failures first, so a flood
+// of new addresses (or of new logins) cannot wipe the count on the account
+// it is guessing at.
 func (s *Sessions) evict(now time.Time) {
 	for k := range s.failures {
 		s.recent(k, now)
@@ -204,21 +204,24 @@ func (s *Sessions) evict(now time.Time) {
 		return
 	}
 	type entry struct {
-		k      string
-		locked bool
-		last   time.Time
+		k        string
+		login    bool
+		failures int
+		last     time.Time
 	}
 	all := make([]entry, 0, len(s.failures))
 	for k, ts := range s.failures {
-		locked := strings.HasPrefix(k, "login:") && len(ts) >= loginMaxFailures
-		all = append(all, entry{k, locked, ts[len(ts)-1]})
+		all = append(all, entry{k, strings.HasPrefix(k, "login:"), len(ts), ts[len(ts)-1]})
 	}
 	slices.SortFunc(all, func(a, b entry) int {
-		if a.locked != b.locked {
-			if a.locked {
+		switch {
+		case a.login != b.login:
+			if a.login {
 				return 1
 			}
 			return -1
+		case a.failures != b.failures:
+			return a.failures - b.failures
 		}
 		return a.last.Compare(b.last)
 	})

@@ -181,6 +181,12 @@ func TestSessions(t *testing.T) {
 		if err := s.SetActive(ctx, ex, admin.ID, false); app.ErrorCode(err) != app.EForbidden {
 			t.Fatalf("a deactivation by a demoted admin: %v", err)
 		}
+		if err := s.SetActive(ctx, app.Operator{}, victim.ID, false); app.ErrorCode(err) != app.EForbidden {
+			t.Fatalf("a deactivation with no actor: %v", err)
+		}
+		if err := s.SetRole(ctx, app.Operator{}, victim.ID, app.PapelAdmin); app.ErrorCode(err) != app.EForbidden {
+			t.Fatalf("a role change with no actor: %v", err)
+		}
 		if _, _, err := s.Login(ctx, "vitima", "senha-da-vitima", "10.3.3.2"); err != nil {
 			t.Fatalf("the victim's password changed: %v", err)
 		}

@@ -93,12 +93,18 @@ func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
 // either way, so a login that raced a deactivation cannot come back with a
 // later reactivation.
 func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error {
+	if actorID == "" {
+		return errNoActor
+	}
 	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET ativo = ? WHERE id = ?`, ativo, true)
 }
 
 // SetOperatorRole implements app.SessionStore. Sessions stay: each request
 // reads the role afresh.
 func (db *DB) SetOperatorRole(ctx context.Context, actorID, operadorID string, papel app.Papel) error {
+	if actorID == "" {
+		return errNoActor
+	}
 	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET papel = ? WHERE id = ?`, papel, false)
 }
 
@@ -127,6 +133,10 @@ func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update st
 		return err
 	})
 }
+
+// errNoActor: deactivations and role changes are an admin's, never the
+// server's own (which has no account to keep active).
+var errNoActor = app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
 
 // requireActiveAdmin refuses a change to the accounts unless actorID is
 // still an active admin inside the transaction that makes it: two admins

@@ -17,6 +17,13 @@ func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 			continue
 		}
 		if p, err := netip.ParsePrefix(f); err == nil {
+			if a := p.Addr(); a.Is4In6() {
+				// Peers are compared unmapped: ::ffff:10.0.0.0/104 is 10.0.0.0/8.
+				if p.Bits() < 96 {
+					return nil, fmt.Errorf("trusted proxy %q: an IPv4-mapped prefix needs at least 96 bits", f)
+				}
+				p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked())
 			continue
 		}

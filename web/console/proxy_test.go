@@ -8,7 +8,7 @@ import (
 )
 
 func TestClientBehindTrustedProxies(t *testing.T) {
-	proxies, err := ParseTrustedProxies(" 10.0.0.0/8, 192.168.1.1 ,::1")
+	proxies, err := ParseTrustedProxies(" 10.0.0.0/8, 192.168.1.1 ,::1, ::ffff:172.16.0.0/108")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +31,7 @@ func TestClientBehindTrustedProxies(t *testing.T) {
 		{"a trusted proxy without the header", "10.1.2.3:4000", nil, "", false, "10.1.2.3", false},
 		{"IPv6 loopback proxy", "[::1]:4000", []string{"2001:db8::7"}, "HTTPS", false, "2001:db8::7", true},
 		{"IPv4-mapped peer", "[::ffff:10.1.2.3]:4000", []string{"198.51.100.9"}, "", false, "198.51.100.9", false},
+		{"IPv4-mapped prefix", "172.16.5.5:4000", []string{"198.51.100.10"}, "", false, "198.51.100.10", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/login", nil)
@@ -50,7 +51,7 @@ func TestClientBehindTrustedProxies(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"10.0.0.0/33", "proxy.local", "10.0.0"} {
+	for _, bad := range []string{"10.0.0.0/33", "proxy.local", "10.0.0", "::ffff:0.0.0.0/90"} {
 		if _, err := ParseTrustedProxies(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
