@@ -241,6 +241,29 @@ func postTogether(srv *httptest.Server, form url.Values, posts ...adminPost) []i
 	return got
 }
 
+// operatorIDs maps each login to its account id.
+func operatorIDs(t *testing.T, db *store.DB) map[string]string {
+	t.Helper()
+	ops, err := db.Operators(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, o := range ops {
+		ids[o.Login] = o.ID
+	}
+	return ids
+}
+
+// createOperator adds an account through the console's form.
+func createOperator(t *testing.T, srv *httptest.Server, admin *http.Client, csrf, login, papel, senha string) {
+	t.Helper()
+	if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {login}, "papel": {papel},
+		"senha": {senha}, "confirma": {senha}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("create %s: %d %s", login, res.StatusCode, body)
+	}
+}
+
 func activeAdmins(t *testing.T, db *store.DB) int {
 	t.Helper()
 	ops, err := db.Operators(t.Context())
@@ -345,14 +368,7 @@ func TestOperatorDeactivation(t *testing.T) {
 		}
 		other := client(t)
 		otherCSRF := signInAs(t, srv, other, "beltrano", "senha-do-beltrano-1")
-		ids := map[string]string{}
-		ops, err := db.Operators(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range ops {
-			ids[o.Login] = o.ID
-		}
+		ids := operatorIDs(t, db)
 		// One succeeds; the other either finds its own session gone (303
 		// to /login) or its account no longer an active admin (403).
 		got := postTogether(srv, url.Values{"ativo": {"nao"}},
@@ -379,21 +395,9 @@ func TestOperatorPasswordReset(t *testing.T) {
 	srv, db := consoleServerDB(t)
 	admin := client(t)
 	_, csrf := signIn(t, srv, admin, "/")
-	for _, login := range []string{"fulana", "sicrano"} {
-		papel := map[string]string{"fulana": "operador", "sicrano": "leitor"}[login]
-		if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {login}, "papel": {papel},
-			"senha": {"senha-de-" + login}, "confirma": {"senha-de-" + login}}); res.StatusCode != http.StatusSeeOther {
-			t.Fatalf("create %s: %d %s", login, res.StatusCode, body)
-		}
-	}
-	ids := map[string]string{}
-	ops, err := db.Operators(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range ops {
-		ids[o.Login] = o.ID
-	}
+	createOperator(t, srv, admin, csrf, "fulana", "operador", "senha-de-fulana")
+	createOperator(t, srv, admin, csrf, "sicrano", "leitor", "senha-de-sicrano")
+	ids := operatorIDs(t, db)
 	fulana := client(t)
 	signInAs(t, srv, fulana, "fulana", "senha-de-fulana")
 	reset := func(c *http.Client, csrf, id string) (*http.Response, string) {
@@ -449,18 +453,8 @@ func TestOperatorRoleChange(t *testing.T) {
 	srv, db := consoleServerDB(t)
 	admin := client(t)
 	_, csrf := signIn(t, srv, admin, "/")
-	if res, body := post(t, admin, srv.URL+"/operadores", url.Values{"csrf": {csrf}, "login": {"fulana"}, "papel": {"leitor"},
-		"senha": {"senha-da-fulana-1"}, "confirma": {"senha-da-fulana-1"}}); res.StatusCode != http.StatusSeeOther {
-		t.Fatalf("create operator: %d %s", res.StatusCode, body)
-	}
-	ids := map[string]string{}
-	ops, err := db.Operators(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range ops {
-		ids[o.Login] = o.ID
-	}
+	createOperator(t, srv, admin, csrf, "fulana", "leitor", "senha-da-fulana-1")
+	ids := operatorIDs(t, db)
 	fulana := client(t)
 	fulanaCSRF := signInAs(t, srv, fulana, "fulana", "senha-da-fulana-1")
 	setRole := func(c *http.Client, csrf, id, papel string) (*http.Response, string) {
