@@ -232,3 +232,16 @@ CREATE INDEX outbox_purge_idx ON outbox (entregue_em) WHERE status = 'entregue' 
 -- account's history (who did what) stays. A deactivated operator's sessions
 -- are deleted with the change and the login is refused.
 ALTER TABLE operator ADD COLUMN ativo INTEGER NOT NULL DEFAULT 1;
+
+-- migration: 8
+
+-- In order per (integrator, aggregate) (SPEC 6.4): a claim takes a row only
+-- when no row of its aggregate is on the wire and no earlier row of it is
+-- due or still waits for its first attempt. The two partial indexes make
+-- both checks a seek among the live rows of one aggregate, never its
+-- delivered history.
+CREATE INDEX outbox_inflight_idx ON outbox (integrador_id, agregado) WHERE status = 'processando';
+CREATE INDEX outbox_waiting_idx  ON outbox (integrador_id, agregado, sequencia) WHERE status = 'pendente';
+-- X-Geohub-Tentativa counts every attempt across resends; a resend gives a
+-- fresh budget, counted from the attempts the row had when it was resent.
+ALTER TABLE outbox ADD COLUMN tentativas_antes INTEGER NOT NULL DEFAULT 0;

@@ -89,24 +89,25 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 	now := d.Now().UTC()
 	eventID := uuid.Must(uuid.NewV7()).String()
 	body, err := buildEnvelope(Event{EventID: eventID, Tipo: "integracao:verificacao", VersaoSchema: DefaultVersao,
-		Origem: "geohub", Timestamp: now}, []byte(fmt.Sprintf(`{"integrador":%q}`, in.ID)))
+		Origem: "geohub", Autoria: &Autoria{ID: "geohub", Tipo: "sistema"}, Timestamp: now},
+		[]byte(fmt.Sprintf(`{"integrador":%q}`, in.ID)))
 	if err != nil {
 		return Attempt{}, err
 	}
 	a := Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: 1, Inicio: now}
-	status, _, snippet, err := d.post(ctx, in, Delivery{EventID: eventID, Agregado: "verificacao:" + eventID,
-		Sequencia: 1, Corpo: body}, a.EntregaID, 1)
-	a.DuracaoMS, a.StatusCode, a.Resposta = d.Now().Sub(now).Milliseconds(), status, snippet
-	if err != nil {
-		a.Erro = err.Error()
+	r := d.Sender.Send(ctx, in, Request{EventID: eventID, Agregado: "verificacao:" + eventID, Sequencia: 1,
+		Corpo: body, EntregaID: a.EntregaID, Tentativa: 1})
+	a.DuracaoMS, a.StatusCode, a.Resposta = d.Now().Sub(now).Milliseconds(), r.Status, r.Snippet
+	if r.Err != nil {
+		a.Erro = r.Err.Error()
 		return a, nil
 	}
-	if status >= 200 && status < 300 {
+	if r.Status >= 200 && r.Status < 300 {
 		// A success: active again, failing period over, circuit closed.
 		if err := integrators.reactivate(ctx, id); err != nil {
 			return a, err
 		}
-		d.trip(id, false, now)
+		d.trip(id, 0, false, false, d.Now())
 		d.Wake()
 	}
 	return a, nil

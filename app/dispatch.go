@@ -1,18 +1,11 @@
 package app
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,42 +13,25 @@ import (
 	"github.com/google/uuid"
 )
 
-// Delivery defaults (SPEC 6.4).
+// Dispatcher defaults (SPEC 6.4).
 const (
 	DefaultAutoDisable = 120 * time.Hour
 	autoDisableSpread  = 12 * time.Hour
-	breakerThreshold   = 5 // consecutive failures that open an integrator's breaker
-	breakerCooldown    = 30 * time.Second
-	breakerMaxCooldown = 10 * time.Minute
-	DeliveryTimeout    = 5 * time.Second
-	DefaultAttempts    = 10
 	MaxQuedas          = 5 // leases lost before a row is poison
 	DefaultSweep       = 15 * time.Second
 	DefaultLease       = 30 * time.Second
 	DefaultRetention   = 7 * 24 * time.Hour
-	responseSnippet    = 512
-	maxResponseDrain   = 64 << 10
 	defaultInFlight    = 32
 	defaultPerIntegr   = 16
-	retryAfterCeiling  = time.Hour
 )
 
-// DefaultBackoff is the wait before attempt n+1 after attempt n fails:
-// 1 min doubling up to 1 h, for 10 attempts in all.
-func DefaultBackoff() []time.Duration {
-	out := make([]time.Duration, 0, DefaultAttempts-1)
-	d := time.Minute
-	for range DefaultAttempts - 1 {
-		out = append(out, d)
-		d = min(2*d, time.Hour)
-	}
-	return out
-}
-
-// Dispatcher delivers the outbox: it claims due rows with a lease, signs and
-// posts them, and hands the outcomes back to the store in batches. It is
-// woken right after a commit that enqueued deliveries and sweeps every 15 s
-// for anything missed (retries coming due, expired leases).
+// Dispatcher delivers the outbox: it claims due rows with a lease (at most
+// one in flight per integrator and aggregate, in sequence order: the claim
+// keeps that), posts them through its Sender, and hands the outcomes back to
+// the store in batches. It is woken right after a commit that enqueued
+// deliveries and sweeps every 15 s for anything missed (retries coming due,
+// expired leases). The attempt's outcome is decide's; the circuit breaker
+// is the integrator's (breaker.go).
 type Dispatcher struct {
 	Store       OutboxStore
 	Integrators *Integrators
@@ -83,15 +59,16 @@ type Dispatcher struct {
 	// OnRecorded, when set, is called after a batch of attempts is
 	// committed (the console's live tail of deliveries); it must not block.
 	OnRecorded func()
+	// Sender posts the deliveries; default an HTTPSender on Policy.
+	Sender Sender
+	// Signals are test hooks; see DispatchSignals.
+	Signals DispatchSignals
 
-	bmu      sync.Mutex
-	breakers map[string]*breaker
-	running  atomic.Bool
-	turn     int // rotates who gets the first claim
+	running atomic.Bool
+	turn    int // rotates who gets the first claim
 
-	once   sync.Once
-	wake   chan struct{}
-	client *http.Client
+	once sync.Once
+	wake chan struct{}
 }
 
 func (d *Dispatcher) init() {
@@ -121,19 +98,8 @@ func (d *Dispatcher) init() {
 		if d.Jitter == nil {
 			d.Jitter = rand.Float64
 		}
-		d.breakers = map[string]*breaker{}
-		dialer := d.Policy.Dialer(&net.Dialer{Timeout: d.Timeout})
-		d.client = &http.Client{
-			Timeout: d.Timeout,
-			Transport: &http.Transport{
-				DialContext:         dialer.DialContext,
-				Proxy:               nil, // a proxy would dial on our behalf, past the address check
-				TLSHandshakeTimeout: d.Timeout,
-				MaxIdleConnsPerHost: d.PerIntegrator,
-				IdleConnTimeout:     90 * time.Second,
-			},
-			// 3xx is a failure: following it would leave the allowlist.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		if d.Sender == nil {
+			d.Sender = NewHTTPSender(d.Integrators, d.Policy, d.Now, d.Version, d.Timeout, d.PerIntegrator)
 		}
 	})
 }
@@ -307,7 +273,7 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 	}
 	st.total--
 	if !r.Unsent {
-		d.trip(r.Integrador, r.Falha, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
+		d.trip(r.Integrador, r.ID, r.Falha, r.Transport, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
 	d.Metrics.delivered(r)
 	st.outcomes = append(st.outcomes, r)
@@ -400,8 +366,14 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		}
 		return
 	}
-	if len(rec.batch) > 0 && d.OnRecorded != nil {
-		d.OnRecorded()
+	if len(rec.batch) > 0 {
+		if d.OnRecorded != nil {
+			d.OnRecorded()
+		}
+		d.Signals.Recorded.raise(len(rec.batch))
+	}
+	if len(rec.claimed) > 0 {
+		d.Signals.Claimed.raise(rec.claimed)
 	}
 	for _, del := range rec.claimed {
 		st.queued[del.Integrador] = append(st.queued[del.Integrador], heldRow{del, rec.at.Add(d.Lease)})
@@ -437,39 +409,18 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 	}
 }
 
-// breaker is one integrator's circuit: after breakerThreshold consecutive
-// failures it opens, and its deliveries wait without an attempt until the
-// cooldown ends; then one probe goes out, and its success closes it.
-type breaker struct {
-	failures  int
-	openUntil time.Time
-	cooldown  time.Duration
-}
-
-func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
-	d.bmu.Lock()
-	defer d.bmu.Unlock()
-	b := d.breakers[id]
-	if !failed {
-		if b != nil && b.failures >= breakerThreshold {
-			d.Logger.Info("circuit closed", "integrador", id)
-			d.Metrics.breaker(id, false)
-		}
-		delete(d.breakers, id)
-		return
-	}
-	if b == nil {
-		b = &breaker{}
-		d.breakers[id] = b
-	}
-	b.failures++
-	// Open on reaching the threshold, and again when a probe fails; a
-	// request that was already in flight when it opened changes nothing.
-	if b.failures >= breakerThreshold && !now.Before(b.openUntil) {
-		b.cooldown = min(max(2*b.cooldown, breakerCooldown), breakerMaxCooldown)
-		b.openUntil = now.Add(b.cooldown)
-		d.Logger.Warn("circuit open", "integrador", id, "falhas", b.failures, "ate", b.openUntil)
+// trip tells the integrator's breaker of an attempt of row that ended at now.
+func (d *Dispatcher) trip(id string, row int64, failed, transport bool, now time.Time) {
+	opened, closed, failures := d.Integrators.circuits.record(id, row, failed, transport, now)
+	switch {
+	case opened:
+		d.Logger.Warn("circuit open", "integrador", id, "falhas", failures)
 		d.Metrics.breaker(id, true)
+		d.Signals.Circuit.raise(CircuitChange{Integrador: id, Open: true})
+	case closed:
+		d.Logger.Info("circuit closed", "integrador", id)
+		d.Metrics.breaker(id, false)
+		d.Signals.Circuit.raise(CircuitChange{Integrador: id, Open: false})
 	}
 }
 
@@ -477,15 +428,7 @@ func (d *Dispatcher) trip(id string, failed bool, now time.Time) {
 // while its circuit is open (reopen says until when), one probe once the
 // cooldown ends, else PerIntegrator.
 func (d *Dispatcher) limit(id string, now time.Time) (n int, probe bool, reopen time.Time) {
-	d.bmu.Lock()
-	defer d.bmu.Unlock()
-	if b := d.breakers[id]; b != nil && b.failures >= breakerThreshold {
-		if now.Before(b.openUntil) {
-			return 0, false, b.openUntil
-		}
-		return 1, true, time.Time{}
-	}
-	return d.PerIntegrator, false, time.Time{}
+	return d.Integrators.circuits.limit(id, now, d.PerIntegrator)
 }
 
 // room is how many more rows an integrator may hold, on the wire or
@@ -584,131 +527,34 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 
 // deliver makes one attempt and decides what follows it.
 func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
-	res := DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador, Falha: true}
+	res := DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador}
 	start := d.Now()
+	// The attempt's number counts every attempt the row had, across resends;
+	// its budget counts from the last resend.
 	attempt := del.Tentativas + 1
 	res.Attempt = Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: attempt, Inicio: start}
 	in, err := d.Integrators.cached(del.Integrador)
-	var status int
-	var retryAfter time.Duration
+	r := SendResult{Err: err}
 	if err == nil {
-		status, retryAfter, res.Attempt.Resposta, err = d.post(ctx, in, del, res.Attempt.EntregaID, attempt)
+		r = d.Sender.Send(ctx, in, Request{EventID: del.EventID, Agregado: del.Agregado, Sequencia: del.Sequencia,
+			Corpo: del.Corpo, EntregaID: res.Attempt.EntregaID, Tentativa: attempt})
 	}
-	res.Attempt.DuracaoMS = d.Now().Sub(start).Milliseconds()
-	res.Attempt.StatusCode = status
-	switch {
-	case err == nil && status >= 200 && status < 300:
+	end := d.Now()
+	res.Attempt.DuracaoMS = end.Sub(start).Milliseconds()
+	res.Attempt.StatusCode, res.Attempt.Resposta = r.Status, r.Snippet
+	if r.Err != nil {
+		res.Attempt.Erro = r.Err.Error()
+	}
+	out := decide(integratorBackoff(in), attempt-del.TentativasAntes, r, end, d.Jitter())
+	res.Proxima, res.UltimoErr = out.Proxima, out.Reason
+	res.Falha, res.Unsent, res.Transport = out.Kind != Delivered, out.Kind == Unsent, r.Transport
+	switch out.Kind {
+	case Delivered:
 		res.Status = EntregaEntregue
-		res.Falha = false
-		res.Proxima = start
-		return res
-	case errors.Is(err, errUnsendable):
-		// No retry can change it: dead letter now, with the reason.
-		res.Status = EntregaFalhou
-		res.Unsent = true
-		res.Attempt.Erro = err.Error()
-		res.UltimoErr = err.Error() + ": não haverá nova tentativa"
-		res.Proxima = start
-		return res
-	case err == nil && (status == http.StatusBadRequest || status == http.StatusUnauthorized):
-		// The receiver's protocol answer: the body or signature is wrong,
-		// and a retry would send the same bytes.
-		res.Status = EntregaFalhou
-		res.UltimoErr = fmt.Sprintf("o receptor respondeu %d: não haverá nova tentativa", status)
-		res.Proxima = start
-		return res
-	case err != nil:
-		res.Attempt.Erro = err.Error()
-		res.UltimoErr = err.Error()
+	case Retry:
+		res.Status = EntregaPendente
 	default:
-		res.UltimoErr = fmt.Sprintf("o receptor respondeu %d", status)
-	}
-	steps := integratorBackoff(in)
-	if attempt > len(steps) {
 		res.Status = EntregaFalhou
-		res.UltimoErr += fmt.Sprintf("; tentativas esgotadas (%d)", attempt)
-		res.Proxima = start
-		return res
 	}
-	wait := steps[attempt-1]
-	wait += time.Duration((d.Jitter()*0.2 - 0.1) * float64(wait)) // ±10%: spread retries of a burst
-	wait = max(wait, min(retryAfter, retryAfterCeiling))
-	res.Status = EntregaPendente
-	res.Proxima = start.Add(wait)
 	return res
-}
-
-// integratorBackoff is the integrator's override when well-formed, else the
-// default schedule.
-func integratorBackoff(in Integrator) []time.Duration {
-	if len(in.Backoff) > 0 {
-		if steps, err := ParseBackoff(in.Backoff); err == nil {
-			return steps
-		}
-	}
-	return DefaultBackoff()
-}
-
-// errUnsendable marks a delivery that cannot be sent as it stands.
-var errUnsendable = errors.New("entrega impossível de enviar")
-
-// headerSafe says whether s may be an HTTP header value (RFC 9110): no
-// control byte but horizontal tab (CR and LF would split the header).
-func headerSafe(s string) bool {
-	return !strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
-}
-
-// post sends the signed request and reads the start of the answer.
-func (d *Dispatcher) post(ctx context.Context, in Integrator, del Delivery, entregaID string, attempt int) (int, time.Duration, string, error) {
-	if del.Corpo == nil {
-		return 0, 0, "", fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)
-	}
-	if !headerSafe(del.Agregado) {
-		// Publish refuses such an agregado; one stored before it did would
-		// otherwise fail every attempt and open the integrator's breaker.
-		return 0, 0, "", fmt.Errorf("%w: o agregado tem caracteres que um cabeçalho HTTP não admite", errUnsendable)
-	}
-	current, previous, err := d.Integrators.Secrets(ctx, in.ID)
-	if err != nil {
-		return 0, 0, "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.CallbackURL, bytes.NewReader(del.Corpo))
-	if err != nil {
-		return 0, 0, "", err
-	}
-	ts := Timestamp(d.Now())
-	h := req.Header
-	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", "Geohub/"+d.Version)
-	h.Set("X-Geohub-Evento-Id", del.EventID)
-	h.Set("X-Geohub-Timestamp", strconv.FormatInt(ts, 10))
-	h.Set("X-Geohub-Assinatura", Sign(current, ts, del.Corpo))
-	if previous != nil {
-		h.Set("X-Geohub-Assinatura-Anterior", Sign(previous, ts, del.Corpo))
-	}
-	h.Set("X-Geohub-Agregado", del.Agregado)
-	h.Set("X-Geohub-Sequencia", strconv.FormatInt(del.Sequencia, 10))
-	h.Set("X-Geohub-Entrega-Id", entregaID)
-	h.Set("X-Geohub-Tentativa", strconv.Itoa(attempt))
-	resp, err := d.client.Do(req)
-	if err != nil {
-		return 0, 0, "", err
-	}
-	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, responseSnippet))
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain)) // lets the connection be reused
-	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), d.Now()), string(snippet), nil
-}
-
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s > 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return t.Sub(now)
-	}
-	return 0
 }

@@ -32,6 +32,9 @@ type Integrator struct {
 	FalhandoDesde *time.Time `json:"falhando_desde,omitempty"`
 	CriadoEm      time.Time  `json:"criado_em"`
 	AtualizadoEm  time.Time  `json:"atualizado_em"`
+	// Circuito is its circuit breaker now; not stored (the dispatcher keeps
+	// it in memory), filled in by Get and List.
+	Circuito *Circuit `json:"circuito,omitempty"`
 }
 
 // NewIntegrator is the body of POST /api/integradores.
@@ -111,8 +114,9 @@ type Integrators struct {
 	Policy CallbackPolicy
 	Now    func() time.Time
 
-	writeMu sync.Mutex // serialises read-modify-write changes of the cadastro
-	mu      sync.RWMutex
+	writeMu  sync.Mutex // serialises read-modify-write changes of the cadastro
+	circuits circuits   // each integrator's breaker, fed by the dispatcher
+	mu       sync.RWMutex
 	all     []Integrator
 	secrets map[string]openSecrets // opened secrets, per integrator
 }
@@ -141,6 +145,11 @@ func (s *Integrators) List(ctx context.Context) ([]Integrator, error) {
 	if all == nil {
 		all = []Integrator{}
 	}
+	now := s.Now()
+	for i := range all {
+		c := s.circuits.circuit(all[i].ID, now)
+		all[i].Circuito = &c
+	}
 	return all, err
 }
 
@@ -149,6 +158,10 @@ func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
 	in, err := s.Store.Integrator(ctx, id)
 	if err == ErrNotFound {
 		return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
+	}
+	if err == nil {
+		c := s.circuits.circuit(id, s.Now())
+		in.Circuito = &c
 	}
 	return in, err
 }

@@ -33,6 +33,9 @@ type Delivery struct {
 
 	Corpo  []byte `json:"-"` // the envelope; nil once purged
 	Quedas int    `json:"-"`
+	// TentativasAntes is how many attempts the row had when an operator last
+	// resent it: the attempt budget counts from there, the numbering does not.
+	TentativasAntes int `json:"-"`
 }
 
 // Attempt is one recorded delivery attempt.
@@ -78,6 +81,10 @@ type DeliveryResult struct {
 	// purged, or a header value is not one HTTP allows). It says nothing of
 	// the receiver: neither the breaker nor the failing period counts it.
 	Unsent bool
+	// Transport: the attempt got no HTTP answer (connection refused or
+	// reset, TLS failure, timeout): evidence against the endpoint itself,
+	// whichever event it carried.
+	Transport bool
 	// Deferred: the row was claimed but never sent (its integrator's
 	// circuit opened, or it was disabled, meanwhile); it goes back to
 	// pendente at Proxima with no attempt recorded.
@@ -99,7 +106,10 @@ type DeliveryFilter struct {
 // OutboxStore keeps deliveries.
 type OutboxStore interface {
 	// ClaimDeliveries leases to worker, in one transaction, up to N due rows
-	// of each integrator in quotas, oldest due first.
+	// of each integrator in quotas, oldest due first, keeping each aggregate
+	// in order: a row is taken only when no row of its (integrator,
+	// aggregate) is in flight and no earlier one is due or waiting for its
+	// first attempt.
 	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, quotas []Quota) ([]Delivery, error)
 	// FinishDeliveries records outcomes and each integrator's failing period,
 	// returning when each integrator that failed in the batch started failing,

@@ -134,6 +134,12 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 		Autoria:      req.Autoria,
 		Solicitacao:  req.Solicitacao,
 	}
+	if ev.Autoria == nil {
+		// Every envelope names who caused it (SPEC 6.3): without a person or
+		// an integrator, the system that published it, by its origem (a
+		// built-in plugin's name). The API fills in the token's name first.
+		ev.Autoria = &Autoria{Tipo: "sistema", ID: strings.TrimSpace(req.Origem)}
+	}
 	var bad []Detail
 	if req.EventID == "" {
 		ev.EventID = newID()

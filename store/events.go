@@ -27,13 +27,30 @@ type writeStmts struct {
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
 	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
-// claimSQL leases one integrator's oldest due rows: a range seek on
-// outbox_due_idx, whatever the backlog. The limit is a subquery because
-// SQLite plans with a bare LIMIT parameter's value: each new value would
-// re-prepare the statement, a fifth of a claim's cost.
-const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?, worker = ?
-	WHERE id IN (SELECT id FROM outbox WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa <= ?
-		ORDER BY proxima_tentativa, id LIMIT (SELECT ?))
+// claimSQL leases one integrator's oldest due rows, keeping each aggregate
+// in order (SPEC 6.4): a row is taken only when no row of its (integrator,
+// aggregate) is processando, and no earlier row of it is pendente and either
+// due or still without its first attempt. So at most one row per aggregate
+// is in flight, rows go in sequence order, and a row whose attempt failed
+// (retry scheduled later) lets the next one go. Both checks seek the partial
+// indexes of live rows, so a long delivered history costs nothing.
+//
+// The candidates are a range seek on outbox_due_idx; an aggregate's rows
+// behind its head are skipped at one seek each. The limit is a subquery
+// because SQLite plans with a bare LIMIT parameter's value: each new value
+// would re-prepare the statement, a fifth of a claim's cost. The statement
+// is plain SQL that PostgreSQL runs too, with FOR UPDATE SKIP LOCKED on the
+// inner SELECT: a row locked by another claim still counts as pendente for
+// the checks, so two replicas cannot take two rows of one aggregate.
+const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2
+	WHERE id IN (SELECT o.id FROM outbox AS o INDEXED BY outbox_due_idx
+		WHERE o.integrador_id = ?3 AND o.status = 'pendente' AND o.proxima_tentativa <= ?4
+		AND NOT EXISTS (SELECT 1 FROM outbox AS f INDEXED BY outbox_inflight_idx
+			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando')
+		AND NOT EXISTS (SELECT 1 FROM outbox AS e INDEXED BY outbox_waiting_idx
+			WHERE e.integrador_id = o.integrador_id AND e.agregado = o.agregado AND e.status = 'pendente'
+			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= ?4 OR e.tentativas = e.tentativas_antes))
+		ORDER BY o.proxima_tentativa, o.id LIMIT (SELECT ?5))
 	RETURNING ` + deliveryColumns + `, ` + corpoColumn
 
 const insertEventSQL = `INSERT INTO event_log (event_id, tipo, versao_schema,

@@ -72,7 +72,7 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 }
 
 const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em`
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes`
 
 // corpoColumn reads a delivery's body beside its row: NULL once purged.
 const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
@@ -82,7 +82,7 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 	var proxima, criado int64
 	var ultimo, entregue sql.NullInt64
 	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado}
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes}
 	if withBody {
 		dest = append(dest, &d.Corpo)
 	}
@@ -102,8 +102,8 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 }
 
 // ClaimDeliveries implements app.OutboxStore: per integrator, a range seek
-// on outbox_due_idx with one prepared statement, so a claim costs the rows
-// it takes, not the backlog.
+// on outbox_due_idx with one prepared statement, taking at most one row per
+// aggregate (see claimSQL).
 func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration,
 	quotas []app.Quota) ([]app.Delivery, error) {
 	var out []app.Delivery
@@ -365,7 +365,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 		if purged {
 			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado")
 		}
-		_, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+		_, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
 			quedas = 0 WHERE id = ?`, ms(now), id)
 		return err
 	})
@@ -375,7 +375,7 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas = 0,
+		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
 			quedas = 0 WHERE integrador_id = ? AND status = ? AND expurgado = 0`, ms(now), integrador, status)
 		if err != nil {
 			return err

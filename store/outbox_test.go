@@ -2,13 +2,15 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"geohub/app"
 )
 
-// outboxFixture enqueues n deliveries of distinct events to one integrator.
+// outboxFixture enqueues n deliveries of distinct events to one integrator,
+// each in an aggregate of its own (x:1, x:2, ...).
 func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
 	t.Helper()
 	k := openWithClock(t)
@@ -17,9 +19,9 @@ func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
 	if err := k.db.InsertIntegrator(t.Context(), in, []byte("sealed"), "hash"); err != nil {
 		t.Fatal(err)
 	}
-	for range n {
+	for i := range n {
 		ev := newEvent("a:b")
-		out := &app.Outbox{Body: []byte(`{}`), Agregado: "x:1", Recipients: func(string) []string { return []string{in.ID} }}
+		out := &app.Outbox{Body: []byte(`{}`), Agregado: fmt.Sprintf("x:%d", i+1), Recipients: func(string) []string { return []string{in.ID} }}
 		if _, _, err := appendOne(k.db, t.Context(), ev, nil, out); err != nil {
 			t.Fatal(err)
 		}
@@ -80,8 +82,8 @@ func TestReleaseReturnsLeasesAtOnce(t *testing.T) {
 		t.Fatalf("after release %d claimable, want 3", len(again))
 	}
 	for i, d := range again {
-		if d.Sequencia != int64(i+1) {
-			t.Fatalf("sequences %d at %d: want gapless 1..3", d.Sequencia, i)
+		if d.Agregado != fmt.Sprintf("x:%d", i+1) || d.Sequencia != 1 {
+			t.Fatalf("row %d is %s #%d: want x:%d #1, oldest first", i, d.Agregado, d.Sequencia, i+1)
 		}
 	}
 }
@@ -142,5 +144,105 @@ func TestAppendBatchIsAllOrNothing(t *testing.T) {
 	dels, _, err := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 10})
 	if err != nil || len(dels) != 2 || dels[0].Sequencia != 1 || dels[1].Sequencia != 2 {
 		t.Fatalf("deliveries %+v %v", dels, err)
+	}
+}
+
+// TestClaimKeepsEachAggregateInOrder walks SPEC 6.4's rule through the
+// claim: at most one row per (integrator, aggregate) in flight, in sequence
+// order; a failed attempt, once ended, lets the next row go; a row still
+// waiting for its first attempt holds the ones behind it.
+func TestClaimKeepsEachAggregateInOrder(t *testing.T) {
+	k, id := outboxFixture(t, 0)
+	ctx := t.Context()
+	enqueue := func(agregado string) {
+		t.Helper()
+		out := &app.Outbox{Body: []byte(`{}`), Agregado: agregado, Recipients: func(string) []string { return []string{id} }}
+		if _, _, err := appendOne(k.db, ctx, newEvent("a:b"), nil, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		enqueue("a:1")
+	}
+	enqueue("b:1")
+	now := k.now.Add(time.Second)
+	claim := func(want ...string) []app.Delivery {
+		t.Helper()
+		got, err := k.db.ClaimDeliveries(ctx, "w", now, time.Minute, []app.Quota{{Integrador: id, N: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, d := range got {
+			names = append(names, fmt.Sprintf("%s#%d", d.Agregado, d.Sequencia))
+		}
+		if fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Fatalf("claimed %v, want %v", names, want)
+		}
+		return got
+	}
+	finish := func(d app.Delivery, status string, proxima time.Time) {
+		t.Helper()
+		r := app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: id, Status: status, Proxima: proxima,
+			Falha: status != app.EntregaEntregue, Attempt: app.Attempt{EntregaID: "e", Tentativa: d.Tentativas + 1, Inicio: now}}
+		if _, _, err := k.db.FinishDeliveries(ctx, []app.DeliveryResult{r}, "w", now, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	got := claim("a:1#1", "b:1#1") // one row per aggregate, the first of each
+	claim()                        // both aggregates have a row in flight
+	finish(got[0], app.EntregaEntregue, now)
+	a2 := claim("a:1#2")[0] // the next one, once the attempt ended
+	finish(a2, app.EntregaPendente, now.Add(time.Minute))
+	a3 := claim("a:1#3")[0] // #2 failed and waits for its retry: #3 goes
+	now = now.Add(2 * time.Minute)
+	claim() // #2 is due again, but #3 is still in flight
+	finish(a3, app.EntregaEntregue, now)
+	claim("a:1#2") // then #2, at its retry
+
+	// A row deferred before its first attempt (its integrator's circuit was
+	// open) holds the rows behind it: it has not had its attempt yet.
+	enqueue("c:1")
+	c1 := claim("c:1#1")[0]
+	deferred := app.DeliveryResult{ID: c1.ID, Worker: "w", Integrador: id, Status: app.EntregaPendente,
+		Proxima: now.Add(time.Hour), Deferred: true}
+	if _, _, err := k.db.FinishDeliveries(ctx, []app.DeliveryResult{deferred}, "w", now, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("c:1")
+	claim()
+	now = now.Add(time.Hour)
+	claim("c:1#1")
+}
+
+// A resend gives a dead letter a fresh budget but keeps its attempts'
+// numbering: X-Geohub-Tentativa never starts again at 1.
+func TestResendKeepsTheAttemptCount(t *testing.T) {
+	k, id := outboxFixture(t, 1)
+	ctx := t.Context()
+	now := k.now.Add(time.Second)
+	for i := range 3 {
+		d, err := k.db.ClaimDeliveries(ctx, "w", now, time.Minute, []app.Quota{{Integrador: id, N: 1}})
+		if err != nil || len(d) != 1 {
+			t.Fatalf("attempt %d: claim %v %d", i+1, err, len(d))
+		}
+		status := app.EntregaPendente
+		if i == 2 {
+			status = app.EntregaFalhou
+		}
+		r := app.DeliveryResult{ID: d[0].ID, Worker: "w", Integrador: id, Status: status, Proxima: now, Falha: true,
+			Attempt: app.Attempt{EntregaID: fmt.Sprint(i), Tentativa: i + 1, Inicio: now}}
+		if _, _, err := k.db.FinishDeliveries(ctx, []app.DeliveryResult{r}, "w", now, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, _, _ := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 1})
+	if err := k.db.Resend(ctx, page[0].ID, now); err != nil {
+		t.Fatal(err)
+	}
+	d, err := k.db.ClaimDeliveries(ctx, "w", now, time.Minute, []app.Quota{{Integrador: id, N: 1}})
+	if err != nil || len(d) != 1 || d[0].Tentativas != 3 || d[0].TentativasAntes != 3 {
+		t.Fatalf("after a resend: %+v %v; want tentativas 3, budget from 3", d, err)
 	}
 }

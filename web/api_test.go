@@ -780,8 +780,13 @@ func TestPublishStoresTheRedactedRecord(t *testing.T) {
 		if loc := res.Header.Get("Location"); loc != "/api/events/"+def.EventID {
 			t.Errorf("Location = %q", loc)
 		}
-		if bytes.Contains(res.Body, []byte(`"agregado"`)) || bytes.Contains(res.Body, []byte(`"autoria"`)) {
+		if bytes.Contains(res.Body, []byte(`"agregado"`)) || bytes.Contains(res.Body, []byte(`"solicitacao"`)) {
 			t.Errorf("absent optional fields must be omitted: %s", res.Body)
+		}
+		// SPEC 6.3: without autoria, the system that published it: the
+		// token's name.
+		if a := def.Autoria; a == nil || a.Tipo != "sistema" || a.ID != "teste-produtor" {
+			t.Errorf("autoria = %+v, want sistema teste-produtor", a)
 		}
 	})
 

@@ -22,6 +22,10 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if t, ok := tokenOf(r); ok && req.Autoria == nil {
+		// SPEC 6.3: receivers read origem.autoria without a guard.
+		req.Autoria = &app.Autoria{Tipo: "sistema", ID: t.Nome}
+	}
 	ev, created, err := s.Publisher.Publish(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)

@@ -152,8 +152,16 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
 	})
+}
+
+type tokenKey struct{}
+
+// tokenOf is the operator token that authed admitted the request with.
+func tokenOf(r *http.Request) (app.Token, bool) {
+	t, ok := r.Context().Value(tokenKey{}).(app.Token)
+	return t, ok
 }
 
 // errorBody is the one error shape of the API.

@@ -1,0 +1,178 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Request is one signed POST of an envelope to an integrator's callback.
+type Request struct {
+	EventID   string
+	Agregado  string
+	Sequencia int64
+	Corpo     []byte // nil once purged: unsendable
+	EntregaID string
+	Tentativa int
+}
+
+// SendResult is what one POST got back.
+type SendResult struct {
+	Status     int // 0 without an HTTP answer
+	RetryAfter time.Duration
+	Snippet    string // the answer's first bytes
+	Err        error
+	// Transport: no HTTP answer (connection refused or reset, TLS,
+	// timeout). Unsendable requests are not transport failures.
+	Transport bool
+}
+
+// Sender posts a delivery to an integrator: the dispatcher's attempts and
+// the "verificar" ping go through the same one.
+type Sender interface {
+	Send(ctx context.Context, in Integrator, req Request) SendResult
+}
+
+// errUnsendable marks a delivery that cannot be sent as it stands.
+var errUnsendable = errors.New("entrega impossível de enviar")
+
+// HTTPSender signs and posts deliveries (SPEC 6.3). During a rotation's grace
+// period it signs X-Geohub-Assinatura with the secret the receiver last
+// accepted (at first the new one) and X-Geohub-Assinatura-Anterior with the
+// other; a 401 is answered at once by the same request with the two
+// swapped. So a receiver that reads only X-Geohub-Assinatura gets every
+// delivery whether it holds the old secret, the new one, or switches at any
+// moment of the grace period.
+type HTTPSender struct {
+	Integrators *Integrators
+	Now         func() time.Time
+	Version     string
+	Client      *http.Client
+
+	mu       sync.Mutex
+	accepted map[string][]byte // per integrator, the secret its receiver accepted last
+}
+
+// NewHTTPSender returns a sender whose client dials only addresses the
+// policy allows, checked at dial time, follows no redirect and gives up
+// after timeout.
+func NewHTTPSender(integrators *Integrators, policy CallbackPolicy, now func() time.Time, version string,
+	timeout time.Duration, perHost int) *HTTPSender {
+	dialer := policy.Dialer(&net.Dialer{Timeout: timeout})
+	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Client: &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:         dialer.DialContext,
+			Proxy:               nil, // a proxy would dial on our behalf, past the address check
+			TLSHandshakeTimeout: timeout,
+			MaxIdleConnsPerHost: perHost,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// 3xx is a failure: following it would leave the allowlist.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Send implements Sender.
+func (s *HTTPSender) Send(ctx context.Context, in Integrator, req Request) SendResult {
+	if req.Corpo == nil {
+		return SendResult{Err: fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)}
+	}
+	if !headerSafe(req.Agregado) {
+		// Publish refuses such an agregado; one stored before it did would
+		// otherwise fail every attempt.
+		return SendResult{Err: fmt.Errorf("%w: o agregado tem caracteres que um cabeçalho HTTP não admite", errUnsendable)}
+	}
+	current, previous, err := s.Integrators.Secrets(ctx, in.ID)
+	if err != nil {
+		return SendResult{Err: err}
+	}
+	first, second := current, previous
+	if previous != nil && bytes.Equal(s.acceptedBy(in.ID), previous) {
+		first, second = previous, current
+	}
+	r := s.post(ctx, in, req, first, second)
+	if r.Err == nil && r.Status == http.StatusUnauthorized && second != nil {
+		// The receiver may hold the other secret: ask again with it first.
+		r = s.post(ctx, in, req, second, first)
+		first = second
+	}
+	if r.Err == nil && r.Status >= 200 && r.Status < 300 && previous != nil {
+		s.accept(in.ID, first)
+	}
+	return r
+}
+
+func (s *HTTPSender) acceptedBy(id string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted[id]
+}
+
+func (s *HTTPSender) accept(id string, secret []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.accepted == nil {
+		s.accepted = map[string][]byte{}
+	}
+	s.accepted[id] = secret
+}
+
+// post sends the request signed with sign (and other, when set, in
+// X-Geohub-Assinatura-Anterior) and reads the start of the answer.
+func (s *HTTPSender) post(ctx context.Context, in Integrator, req Request, sign, other []byte) SendResult {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, in.CallbackURL, bytes.NewReader(req.Corpo))
+	if err != nil {
+		return SendResult{Err: err}
+	}
+	ts := Timestamp(s.Now())
+	h := hr.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "Geohub/"+s.Version)
+	h.Set("X-Geohub-Evento-Id", req.EventID)
+	h.Set("X-Geohub-Timestamp", strconv.FormatInt(ts, 10))
+	h.Set("X-Geohub-Assinatura", Sign(sign, ts, req.Corpo))
+	if other != nil {
+		h.Set("X-Geohub-Assinatura-Anterior", Sign(other, ts, req.Corpo))
+	}
+	h.Set("X-Geohub-Agregado", req.Agregado)
+	h.Set("X-Geohub-Sequencia", strconv.FormatInt(req.Sequencia, 10))
+	h.Set("X-Geohub-Entrega-Id", req.EntregaID)
+	h.Set("X-Geohub-Tentativa", strconv.Itoa(req.Tentativa))
+	resp, err := s.Client.Do(hr)
+	if err != nil {
+		return SendResult{Err: err, Transport: true}
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, responseSnippet))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain)) // lets the connection be reused
+	return SendResult{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), s.Now()),
+		Snippet: string(snippet)}
+}
+
+// headerSafe says whether s may be an HTTP header value (RFC 9110): no
+// control byte but horizontal tab (CR and LF would split the header).
+func headerSafe(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return t.Sub(now)
+	}
+	return 0
+}
