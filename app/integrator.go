@@ -117,8 +117,8 @@ type Integrators struct {
 	writeMu  sync.Mutex // serialises read-modify-write changes of the cadastro
 	circuits circuits   // each integrator's breaker, fed by the dispatcher
 	mu       sync.RWMutex
-	all     []Integrator
-	secrets map[string]openSecrets // opened secrets, per integrator
+	all      []Integrator
+	secrets  map[string]openSecrets // opened secrets, per integrator
 }
 
 type openSecrets struct {
