@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -103,6 +104,7 @@ func newReceiver(t *testing.T, reply func(n int, r *http.Request) int) *receiver
 		rc.got = append(rc.got, received{r.Header.Clone(), body})
 		n := len(rc.got)
 		rc.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body)) // for reply
 		status := 204
 		if rc.reply != nil {
 			status = rc.reply(n, r)
