@@ -295,4 +295,3 @@ func (k *outboxKit) waitRecorded(t *testing.T, n int) {
 		got += m
 	}
 }
-
