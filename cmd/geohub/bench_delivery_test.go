@@ -21,6 +21,10 @@ package main
 //	latency-100      the same server, publishing at a steady 100 events/s for
 //	                 max(b.N, 300) events; publish start → arrival at the
 //	                 receiver (matched by X-Geohub-Evento-Id), p50/p99
+//	one-aggregate    deliveries, with every event in one aggregate: one
+//	                 request at a time (SPEC 6.4), each after the previous
+//	                 one's outcome is committed
+//	one-aggregate-100  latency-100 with every event in one aggregate
 //
 // A summary gives the ratios against the targets. It only reports: nothing
 // here asserts on timing.
@@ -83,11 +87,13 @@ func BenchmarkDelivery(b *testing.B) {
 		})
 	}
 	run("raw-signed-post", benchDelRawSignedPost)
-	run("deliveries", benchDelDeliveries)
+	run("deliveries", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOwnAggregate) })
 	run("drain", benchDelDrain)
-	run("latency-100", benchDelLatency)
+	run("latency-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOwnAggregate) })
+	run("one-aggregate", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOneAggregate) })
+	run("one-aggregate-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOneAggregate) })
 	benchDelSummary(os.Stdout, medianRuns(runs, func(name string, r benchDelResult) float64 {
-		if name == "latency-100" {
+		if name == "latency-100" || name == "one-aggregate-100" {
 			return r.p99 // paced at 100/s: its target is the latency
 		}
 		return r.rate
@@ -134,8 +140,19 @@ func benchDelSummary(w io.Writer, r map[string]benchDelResult) {
 				d.rate/raw.rate)
 		}
 	}
+	if res, ok := r["one-aggregate"]; ok {
+		fmt.Fprintf(w, "  %-16s %8.0f deliveries/s  %6.0f cpu-us/op  (N=%d)  every event in one aggregate: one request at a time\n",
+			"one-aggregate", res.rate, res.cpuUS, res.n)
+	}
+	if res, ok := r["one-aggregate-100"]; ok {
+		fmt.Fprintf(w, "  %-16s %8.0f events/s      %6.0f cpu-us/op  (N=%d)  publish → arrival p50 %.2f ms  p95 %.2f ms  p99 %.2f ms\n",
+			"one-aggregate-100", res.rate, res.cpuUS, res.n, res.p50, res.p95, res.p99)
+	}
 	if l, ok := r["latency-100"]; ok {
 		fmt.Fprintf(w, "  latency-100 p99 = %.2f ms (target < 20 ms) %s\n", l.p99, verdict(l.p99 < 20))
+	}
+	if l, ok := r["one-aggregate-100"]; ok {
+		fmt.Fprintf(w, "  one-aggregate-100 p99 = %.2f ms (no target; reported)\n", l.p99)
 	}
 	fmt.Fprintln(w)
 }
@@ -332,13 +349,29 @@ func benchDelStart(b *testing.B) *benchDelEnv {
 	return env
 }
 
-func benchDelDeliveries(b *testing.B) benchDelResult {
+// benchDelOwnAggregate gives operation i an aggregate of its own (its
+// jornada); benchDelOneAggregate puts every operation in the same one.
+func benchDelOwnAggregate(i int) string { return benchJornadaID(i) }
+func benchDelOneAggregate(int) string   { return "jornada:" + benchJornadaID(0) }
+
+// benchDelBody is the POST /api/events body of operation i in aggregate agg(i).
+func benchDelBody(b *testing.B, i int, eventID string, agg func(int) string) []byte {
+	req := benchRequest(i)
+	req.EventID, req.Agregado = eventID, agg(i)
+	body, err := json.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+func benchDelDeliveries(b *testing.B, agg func(int) string) benchDelResult {
 	env := benchDelStart(b)
 	defer env.stop()
 	u := "http://" + env.m.Addr + "/api/events"
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
-		bodies[i] = benchBody(i)
+		bodies[i] = benchDelBody(b, i, "", agg)
 	}
 
 	cpu0, start := benchCPU(), time.Now()
@@ -379,14 +412,14 @@ func benchReportQuiet(lat []time.Duration) benchResult {
 	return benchResult{n: len(s), p50: pct(0.50), p95: pct(0.95), p99: pct(0.99)}
 }
 
-func benchDelLatency(b *testing.B) benchDelResult {
+func benchDelLatency(b *testing.B, agg func(int) string) benchDelResult {
 	env := benchDelStart(b)
 	defer env.stop()
 	u := "http://" + env.m.Addr + "/api/events"
 	n := max(b.N, benchDelMinPaced)
 	// Warm-up: one delivery opens the publisher's and the dispatcher's
 	// connections, so the figures are the steady state.
-	if err := benchPost(env.client, u, env.producer, benchBody(n), http.StatusCreated); err != nil {
+	if err := benchPost(env.client, u, env.producer, benchDelBody(b, n, "", agg), http.StatusCreated); err != nil {
 		b.Fatal(err)
 	}
 	env.rc.wait(b, 1)
@@ -395,12 +428,7 @@ func benchDelLatency(b *testing.B) benchDelResult {
 	bodies := make([][]byte, n)
 	for i := range n {
 		ids[i] = uuid.Must(uuid.NewV7()).String()
-		req := benchRequest(i)
-		req.EventID = ids[i]
-		var err error
-		if bodies[i], err = json.Marshal(req); err != nil {
-			b.Fatal(err)
-		}
+		bodies[i] = benchDelBody(b, i, ids[i], agg)
 	}
 	starts := make([]time.Time, n)
 	acked := make([]time.Duration, n)
