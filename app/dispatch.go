@@ -47,7 +47,7 @@ type Dispatcher struct {
 	Sweep         time.Duration // default 15 s
 	Retention     time.Duration // delivered bodies kept; default 7 days
 	MaxInFlight   int           // default 32
-	PerIntegrator int           // default 4
+	PerIntegrator int           // default 16
 	Jitter        func() float64
 	// ReapOnStart returns every leased row at start, counting a crash for
 	// each: right when one node runs one dispatcher (SQLite), so any lease
