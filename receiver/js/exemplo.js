@@ -19,8 +19,7 @@
  * Escreve uma linha por evento aplicado (tipo, agregado, sequência) e uma
  * por descarte (motivo). O que este CAD mesmo causou volta como eco e é
  * descartado (eco-proprio); o desfecho de cada comando (integracao:*) é
- * aplicado; a chegada ao local, marcada no fim por um OPERADOR, não é eco e
- * chega à projeção.
+ * aplicado, e os jornada:* que o demo publica também.
  *
  * Só usa node: — nenhuma dependência. Node.js 20 ou mais novo.
  */
@@ -120,22 +119,6 @@ async function main() {
   const despachoId = despachada.despacho?.id;
   console.log(`recurso UR-12 despachado (despacho ${despachoId ?? '?'})`);
 
-  // 5. Um OPERADOR (o token admin) marca a chegada ao local: isso não é eco
-  //    deste CAD, e chega à projeção por despacho.
-  if (despachoId !== undefined) {
-    try {
-      await api('POST', `/api/ocorrencias/${ocorrencia.id}/despachos/${despachoId}/status`, {
-        token: GEOHUB_TOKEN,
-        solicitacao: true,
-        corpo: { para: 'no_local' },
-      });
-      console.log('um operador marcou UR-12 no local');
-    } catch (erro) {
-      // Um Geohub que ainda não aceita o token de operador nas rotas de
-      // comando responde 401 aqui; o resto do exemplo não depende disso.
-      console.log(`(o operador não conseguiu marcar a chegada: ${erro.message})`);
-    }
-  }
   console.log('esperando eventos (Ctrl+C sai)');
 }
 
