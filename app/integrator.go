@@ -119,6 +119,9 @@ type Integrators struct {
 	mu       sync.RWMutex
 	all      []Integrator
 	secrets  map[string]openSecrets // opened secrets, per integrator
+	// rotations counts secret rotations, so that secrets read before one
+	// are not cached after it.
+	rotations uint64
 }
 
 type openSecrets struct {
@@ -277,6 +280,7 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 	}
 	s.mu.Lock()
 	delete(s.secrets, id)
+	s.rotations++
 	s.mu.Unlock()
 	return RotatedSecret{Segredo: secret, AnteriorValidoAte: until}, nil
 }
@@ -309,6 +313,7 @@ func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (RotatedAPIKe
 func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous []byte, err error) {
 	s.mu.RLock()
 	o, ok := s.secrets[id]
+	epoch := s.rotations
 	s.mu.RUnlock()
 	if !ok {
 		// Opened once per process: a delivery would otherwise pay a read
@@ -330,7 +335,12 @@ func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous
 		if s.secrets == nil {
 			s.secrets = map[string]openSecrets{}
 		}
-		s.secrets[id] = o
+		// A rotation that committed while these were read may have cleared
+		// the entry before it was written: caching what was read then would
+		// sign with the old secret alone until the next restart.
+		if s.rotations == epoch {
+			s.secrets[id] = o
+		}
 		s.mu.Unlock()
 	}
 	if o.previous != nil && s.Now().Before(o.previousUntil) {
