@@ -245,3 +245,23 @@ CREATE INDEX outbox_waiting_idx  ON outbox (integrador_id, agregado, sequencia) 
 -- X-Geohub-Tentativa counts every attempt across resends; a resend gives a
 -- fresh budget, counted from the attempts the row had when it was resent.
 ALTER TABLE outbox ADD COLUMN tentativas_antes INTEGER NOT NULL DEFAULT 0;
+-- Envelopes enqueued before origem.autoria was always present (SPEC 6.3)
+-- and not yet delivered get the default author, the publishing system (its
+-- origem, the envelope's plugin): receivers written from seed 000 read it
+-- without a guard. origem is rebuilt with its keys in order, in place.
+UPDATE outbox_corpo SET corpo = CAST(json_set(CAST(corpo AS TEXT), '$.origem',
+        CASE WHEN json_extract(CAST(corpo AS TEXT), '$.origem.solicitacao') IS NULL
+        THEN json_object(
+            'autoria', json_object('id', json_extract(CAST(corpo AS TEXT), '$.origem.plugin'), 'tipo', 'sistema'),
+            'plugin', json_extract(CAST(corpo AS TEXT), '$.origem.plugin'),
+            'versao', json_extract(CAST(corpo AS TEXT), '$.origem.versao'))
+        ELSE json_object(
+            'autoria', json_object('id', json_extract(CAST(corpo AS TEXT), '$.origem.plugin'), 'tipo', 'sistema'),
+            'plugin', json_extract(CAST(corpo AS TEXT), '$.origem.plugin'),
+            'solicitacao', json_extract(CAST(corpo AS TEXT), '$.origem.solicitacao'),
+            'versao', json_extract(CAST(corpo AS TEXT), '$.origem.versao'))
+        END) AS BLOB)
+    WHERE json_valid(CAST(corpo AS TEXT))
+    AND json_extract(CAST(corpo AS TEXT), '$.origem.plugin') IS NOT NULL
+    AND json_extract(CAST(corpo AS TEXT), '$.origem.autoria') IS NULL
+    AND outbox_id IN (SELECT id FROM outbox WHERE status <> 'entregue');

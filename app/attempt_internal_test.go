@@ -78,20 +78,32 @@ func TestBreakerMeasuresTheEndpoint(t *testing.T) {
 			t.Fatalf("%+v", b)
 		}
 	})
+	t.Run("a poison event's retries bring it no closer", func(t *testing.T) {
+		var b breaker
+		for range 4 {
+			b.record(7, true, false, now)
+		}
+		for i := range breakerThreshold - 2 {
+			if opened, _ := b.record(int64(100+i), true, false, now); opened {
+				t.Fatalf("opened after the poison event's retries and %d other failures", i+1)
+			}
+		}
+	})
 	t.Run("every event refused", func(t *testing.T) {
 		var b breaker
 		for i := range breakerThreshold - 1 {
-			if opened, _ := b.record(int64(i%2), true, false, now); opened {
+			if opened, _ := b.record(int64(i), true, false, now); opened {
 				t.Fatalf("opened at %d", i+1)
 			}
+			b.record(int64(i), true, false, now) // a retry of the same one changes nothing
 		}
-		if opened, _ := b.record(1, true, false, now); !opened {
-			t.Fatal("five failures across two events did not open it")
+		if opened, _ := b.record(breakerThreshold, true, false, now); !opened {
+			t.Fatal("failures across five events did not open it")
 		}
 		if n, _, reopen := b.limit(now, 4); n != 0 || !reopen.Equal(now.Add(breakerCooldown)) {
 			t.Fatalf("open circuit: limit %d until %v", n, reopen)
 		}
-		if c := b.circuit(now); c.Estado != CircuitoAberto || c.Ate == nil || c.Desde == nil || c.FalhasSeguidas != 5 {
+		if c := b.circuit(now); c.Estado != CircuitoAberto || c.Ate == nil || c.Desde == nil || c.FalhasSeguidas != 9 {
 			t.Fatalf("circuit %+v", c)
 		}
 		// In flight when it opened: no longer cooldown.

@@ -7,8 +7,7 @@ import (
 
 // Circuit breaker limits (SPEC 6.4).
 const (
-	breakerThreshold   = 5 // consecutive failed attempts that open it...
-	breakerDistinct    = 2 // ...when they span this many events, or all got no HTTP answer
+	breakerThreshold   = 5 // consecutive failed attempts of distinct events, or without an HTTP answer, that open it
 	breakerCooldown    = 30 * time.Second
 	breakerMaxCooldown = 10 * time.Minute
 )
@@ -32,15 +31,17 @@ type Circuit struct {
 }
 
 // breaker is one integrator's circuit. It measures the endpoint, not one
-// event: a run of failures opens it only when the run spans several events
-// or none of its attempts got an HTTP answer. So one poison event retried
-// while the integrator's other events succeed never opens it, and neither
-// do its retries when it is alone in the queue; an endpoint down for every
-// event opens it within breakerThreshold attempts.
+// event: a run of failures with no success between opens it only once it
+// spans breakerThreshold distinct events, or once breakerThreshold attempts
+// in a row got no HTTP answer (refused, reset, timed out: the endpoint
+// itself). So a poison event's retries, alone in the queue or between the
+// other events' successes, never open it, nor do they bring it closer to
+// opening than one failure does; an endpoint failing every event opens it
+// within breakerThreshold events.
 type breaker struct {
 	failures  int     // consecutive failed attempts
 	transport int     // consecutive attempts without an HTTP answer
-	events    []int64 // distinct rows of the run, at most breakerDistinct
+	events    []int64 // distinct rows of the run, at most breakerThreshold
 	open      bool
 	since     time.Time // when it opened
 	openUntil time.Time // when a probe may go
@@ -62,10 +63,10 @@ func (b *breaker) record(row int64, failed, transport bool, now time.Time) (open
 	} else {
 		b.transport = 0
 	}
-	if len(b.events) < breakerDistinct && !containsRow(b.events, row) {
+	if len(b.events) < breakerThreshold && !containsRow(b.events, row) {
 		b.events = append(b.events, row)
 	}
-	if b.failures < breakerThreshold || (len(b.events) < breakerDistinct && b.transport < breakerThreshold) {
+	if len(b.events) < breakerThreshold && b.transport < breakerThreshold {
 		return false, false
 	}
 	if b.open && now.Before(b.openUntil) {

@@ -309,9 +309,10 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 		for n < len(held) && st.inFlight[id] < limit && st.total < d.MaxInFlight {
 			h := held[n]
 			n++
-			if now.Add(d.Timeout + time.Second).After(h.leaseEnd) {
+			if now.Add(2*d.Timeout + time.Second).After(h.leaseEnd) {
 				// Waited too long for a slot: sent now, it could outlive its
-				// lease and be taken for a crash.
+				// lease and be taken for a crash (an attempt is up to two
+				// requests: a rotation's 401 is asked again).
 				deferRow(h, now)
 				continue
 			}
@@ -467,7 +468,10 @@ func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool) time
 	if !due || len(claimable) == 0 {
 		return wait
 	}
-	if next, ok, err := d.Store.NextDue(ctx, claimable); err == nil && ok {
+	// Rows due now that the claim left are waiting behind another row of
+	// their aggregate: on the wire (its outcome wakes the loop) or not due
+	// before a later time (which this finds). So only later rows count.
+	if next, ok, err := d.Store.NextDue(ctx, claimable, now); err == nil && ok {
 		wait = min(wait, max(next.Sub(now), 10*time.Millisecond))
 	}
 	return wait

@@ -50,9 +50,12 @@ func TestABurstArrivesInSequenceOrderPerAggregate(t *testing.T) {
 		return 204
 	})
 	k.integrator(t, rc, nil)
+	// Aggregate by aggregate in one commit: each aggregate's rows are next
+	// to each other in the claim's order, so a claim that ignored the
+	// aggregate would send them together.
 	var reqs []app.PublishRequest
-	for range 10 {
-		for a := range 20 {
+	for a := range 20 {
+		for range 10 {
 			reqs = append(reqs, app.PublishRequest{Tipo: "teste:b", Origem: "teste", Agregado: fmt.Sprintf("ocorrencia:%d", a),
 				Payload: json.RawMessage(`{}`)})
 		}

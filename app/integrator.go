@@ -265,6 +265,10 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 // RotateSecret issues a new signing secret; the current one keeps signing
 // (in X-Geohub-Assinatura-Anterior) for SecretGrace.
 func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecret, error) {
+	// Read-modify-write: two rotations at once would both keep the same
+	// previous secret, and one of the new ones would sign nothing.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	if _, err := s.Get(ctx, id); err != nil {
 		return RotatedSecret{}, err
 	}

@@ -122,8 +122,9 @@ type OutboxStore interface {
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
 	ReleaseDeliveries(ctx context.Context, worker string) error
 	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
-	// NextDue says when the earliest pending row of these integrators is due.
-	NextDue(ctx context.Context, integrators []string) (time.Time, bool, error)
+	// NextDue says when the earliest pending row of these integrators that
+	// is not yet due at after comes due.
+	NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error)
 	Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, int, error)
 	Delivery(ctx context.Context, id int64) (Delivery, []Attempt, error)
 	// Resend puts dead letters back to pendente, same body and sequence.

@@ -38,10 +38,14 @@ const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp,
 // The candidates are a range seek on outbox_due_idx; an aggregate's rows
 // behind its head are skipped at one seek each. The limit is a subquery
 // because SQLite plans with a bare LIMIT parameter's value: each new value
-// would re-prepare the statement, a fifth of a claim's cost. The statement
-// is plain SQL that PostgreSQL runs too, with FOR UPDATE SKIP LOCKED on the
-// inner SELECT: a row locked by another claim still counts as pendente for
-// the checks, so two replicas cannot take two rows of one aggregate.
+// would re-prepare the statement, a fifth of a claim's cost. One writer
+// runs every claim here, so the checks see every earlier claim. A
+// PostgreSQL backend keeps the same rule in its own dialect (no INDEXED BY,
+// $n placeholders, FOR UPDATE SKIP LOCKED) and must also serialise claims
+// per (integrator, aggregate), for instance by locking its outbox_sequence
+// row: under READ COMMITTED, two replicas whose statements started before
+// either committed could otherwise each take a different row of one
+// aggregate.
 const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2
 	WHERE id IN (SELECT o.id FROM outbox AS o INDEXED BY outbox_due_idx
 		WHERE o.integrador_id = ?3 AND o.status = 'pendente' AND o.proxima_tentativa <= ?4

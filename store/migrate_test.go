@@ -54,3 +54,62 @@ func TestMigration6MovesBodiesOutOfTheOutbox(t *testing.T) {
 		t.Fatalf("purged body: expurgado %d, %d body rows, err %v", purged, n, err)
 	}
 }
+
+// TestMigration8GivesWaitingEnvelopesAnAuthor: bodies enqueued before
+// origem.autoria was always present, and not yet delivered, get the
+// publishing system as author, with origem's keys still in order; the rest
+// of the body is untouched, and a delivered body is left as it was.
+func TestMigration8GivesWaitingEnvelopesAnAuthor(t *testing.T) {
+	ctx := t.Context()
+	db, err := sql.Open(DriverName, DSN(filepath.Join(t.TempDir(), FileName), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	blocks, err := migrations(geohub.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx, db, blocks[:7]); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		plain   = `{"id":"e1","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"plugin":"rh","versao":"1.0.0"},"payload":{"a":[1,2.50,"ç"],"z":{"b":1e3}},"tipo":"a:b"}`
+		command = `{"id":"e2","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"plugin":"rh","solicitacao":"s-1","versao":"1.0.0"},"payload":{},"tipo":"a:b"}`
+		authord = `{"id":"e3","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"autoria":{"id":"u","tipo":"usuario"},"plugin":"rh","versao":"1.0.0"},"payload":{},"tipo":"a:b"}`
+	)
+	for _, q := range []string{
+		`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos, ativo, segredo, api_key_hash,
+			criado_em, atualizado_em) VALUES ('int-1', 'CAD', 'https://cad', '[]', '["*"]', 1, x'00', 'h', 0, 0)`,
+		`INSERT INTO event_log (event_id, tipo, versao_schema, timestamp, origem, correlacao_id, payload, criado_em)
+			VALUES ('e1', 'a:b', '1.0.0', 0, 'rh', 'e1', '{}', 0), ('e2', 'a:b', '1.0.0', 0, 'rh', 'e2', '{}', 0),
+			('e3', 'a:b', '1.0.0', 0, 'rh', 'e3', '{}', 0), ('e4', 'a:b', '1.0.0', 0, 'rh', 'e4', '{}', 0)`,
+		`INSERT INTO outbox (id, event_id, sequence_number, integrador_id, tipo, agregado, sequencia, status,
+			proxima_tentativa, criado_em) VALUES (1, 'e1', 1, 'int-1', 'a:b', 'x', 1, 'pendente', 0, 0),
+			(2, 'e2', 2, 'int-1', 'a:b', 'x', 2, 'falhou', 0, 0), (3, 'e3', 3, 'int-1', 'a:b', 'x', 3, 'pendente', 0, 0),
+			(4, 'e4', 4, 'int-1', 'a:b', 'x', 4, 'entregue', 0, 0)`,
+		`INSERT INTO outbox_corpo (outbox_id, corpo) VALUES (1, CAST('` + plain + `' AS BLOB)), (2, CAST('` + command +
+			`' AS BLOB)), (3, CAST('` + authord + `' AS BLOB)), (4, CAST('` + plain + `' AS BLOB))`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := apply(ctx, db, blocks); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[int]string{
+		1: `{"id":"e1","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"autoria":{"id":"rh","tipo":"sistema"},"plugin":"rh","versao":"1.0.0"},"payload":{"a":[1,2.50,"ç"],"z":{"b":1e3}},"tipo":"a:b"}`,
+		2: `{"id":"e2","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"autoria":{"id":"rh","tipo":"sistema"},"plugin":"rh","solicitacao":"s-1","versao":"1.0.0"},"payload":{},"tipo":"a:b"}`,
+		3: authord,
+		4: plain,
+	} {
+		var got []byte
+		if err := db.QueryRowContext(ctx, `SELECT corpo FROM outbox_corpo WHERE outbox_id = ?`, id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("body %d:\n got %s\nwant %s", id, got, want)
+		}
+	}
+}

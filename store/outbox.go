@@ -268,13 +268,13 @@ func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error)
 }
 
 // NextDue implements app.OutboxStore.
-func (db *DB) NextDue(ctx context.Context, integrators []string) (time.Time, bool, error) {
+func (db *DB) NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error) {
 	var first time.Time
 	found := false
 	for _, id := range integrators {
 		var next sql.NullInt64
-		if err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox
-			WHERE integrador_id = ? AND status = 'pendente'`, id).Scan(&next); err != nil {
+		if err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox INDEXED BY outbox_due_idx
+			WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa > ?`, id, ms(after)).Scan(&next); err != nil {
 			return first, false, err
 		}
 		if next.Valid && (!found || fromMS(next.Int64).Before(first)) {

@@ -128,7 +128,7 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Deliveries agregado", run: deliveries(app.DeliveryFilter{Agregado: "ocorrencia:7"})},
 		{name: "Deliveries event_id", run: deliveries(app.DeliveryFilter{EventID: ids.event})},
 		{name: "Delivery by id", run: func() error { _, _, err := db.Delivery(ctx, 1); return err }},
-		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}); return err }},
+		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}, ts); return err }},
 		{name: "OutboxBacklog", run: func() error { _, err := db.OutboxBacklog(ctx); return err }},
 		{name: "Integrator by API key", run: func() error { _, err := db.IntegratorByAPIKey(ctx, "hash"); return err }},
 		// The console.

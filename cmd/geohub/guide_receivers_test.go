@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -211,16 +212,36 @@ type guideProxy struct {
 	statuses    map[int]int
 	poison      string
 	poisonUntil time.Time
+	// SPEC 6.4 as it arrives: one request per aggregate at a time, and
+	// none before the previous sequence was accepted.
+	inFlight  map[string]int
+	lastOK    map[string]int64
+	disorders []string
 }
 
 func newGuideProxy(t *testing.T, target string) *guideProxy {
-	p := &guideProxy{target: target, accepted: map[string]time.Time{}, statuses: map[int]int{}}
+	p := &guideProxy{target: target, accepted: map[string]time.Time{}, statuses: map[int]int{},
+		inFlight: map[string]int{}, lastOK: map[string]int64{}}
 	client := &http.Client{Timeout: 10 * time.Second}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Geohub-Evento-Id")
+		agg := r.Header.Get("X-Geohub-Agregado")
+		seq, _ := strconv.ParseInt(r.Header.Get("X-Geohub-Sequencia"), 10, 64)
 		p.mu.Lock()
 		poisoned := id == p.poison && time.Now().Before(p.poisonUntil)
+		p.inFlight[agg]++
+		if p.inFlight[agg] > 1 {
+			p.disorders = append(p.disorders, fmt.Sprintf("%s #%d while another request of it was in flight", agg, seq))
+		}
+		if seq > p.lastOK[agg]+1 {
+			p.disorders = append(p.disorders, fmt.Sprintf("%s #%d before #%d was accepted", agg, seq, p.lastOK[agg]+1))
+		}
 		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			p.inFlight[agg]--
+			p.mu.Unlock()
+		}()
 		if poisoned {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
@@ -237,8 +258,11 @@ func newGuideProxy(t *testing.T, target string) *guideProxy {
 		res.Body.Close()
 		p.mu.Lock()
 		p.statuses[res.StatusCode]++
-		if _, seen := p.accepted[id]; !seen && res.StatusCode/100 == 2 {
-			p.accepted[id] = time.Now()
+		if res.StatusCode/100 == 2 {
+			if _, seen := p.accepted[id]; !seen {
+				p.accepted[id] = time.Now()
+			}
+			p.lastOK[agg] = max(p.lastOK[agg], seq)
 		}
 		p.mu.Unlock()
 		w.WriteHeader(res.StatusCode)
@@ -437,7 +461,9 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 			s.proxy.mu.Unlock()
 		}
 		publish("jornada:veneno", poison)
-		time.Sleep(1500 * time.Millisecond) // the poison event has failed a few times by now
+		// Alone in the queue, it fails five or six times in a row first: a
+		// breaker counting consecutive failures would open now.
+		time.Sleep(5500 * time.Millisecond)
 		for i := range 5 {
 			id := uuid.Must(uuid.NewV7()).String()
 			start := time.Now()
@@ -456,7 +482,7 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
-			time.Sleep(time.Second)
+			time.Sleep(400 * time.Millisecond)
 		}
 		applied("jornada:veneno", 1) // delivered once the receiver stops failing
 		for _, s := range subjects {
@@ -490,6 +516,9 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 		s.proxy.mu.Lock()
 		if n := s.proxy.statuses[400]; n > 0 {
 			t.Errorf("%s answered 400 to %d envelopes", s.name, n)
+		}
+		if len(s.proxy.disorders) > 0 {
+			t.Errorf("%s got deliveries out of order: %v", s.name, s.proxy.disorders)
 		}
 		s.proxy.mu.Unlock()
 	}
