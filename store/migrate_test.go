@@ -13,18 +13,7 @@ import (
 // purged one must stay purged.
 func TestMigration6MovesBodiesOutOfTheOutbox(t *testing.T) {
 	ctx := t.Context()
-	db, err := sql.Open(DriverName, DSN(filepath.Join(t.TempDir(), FileName), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	blocks, err := migrations(geohub.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(ctx, db, blocks[:5]); err != nil {
-		t.Fatal(err)
-	}
+	db, blocks := openAtMigration(t, 5)
 	for _, q := range []string{
 		`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos, ativo, segredo, api_key_hash,
 			criado_em, atualizado_em) VALUES ('int-1', 'CAD', 'https://cad', '[]', '["*"]', 1, x'00', 'h', 0, 0)`,
@@ -61,18 +50,7 @@ func TestMigration6MovesBodiesOutOfTheOutbox(t *testing.T) {
 // of the body is untouched, and a delivered body is left as it was.
 func TestMigration8GivesWaitingEnvelopesAnAuthor(t *testing.T) {
 	ctx := t.Context()
-	db, err := sql.Open(DriverName, DSN(filepath.Join(t.TempDir(), FileName), false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	blocks, err := migrations(geohub.Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := apply(ctx, db, blocks[:7]); err != nil {
-		t.Fatal(err)
-	}
+	db, blocks := openAtMigration(t, 7)
 	const (
 		plain   = `{"id":"e1","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"plugin":"rh","versao":"1.0.0"},"payload":{"a":[1,2.50,"ç"],"z":{"b":1e3}},"tipo":"a:b"}`
 		command = `{"id":"e2","ocorridoEm":"2026-10-31T12:04:11.000Z","origem":{"plugin":"rh","solicitacao":"s-1","versao":"1.0.0"},"payload":{},"tipo":"a:b"}`
@@ -112,4 +90,23 @@ func TestMigration8GivesWaitingEnvelopesAnAuthor(t *testing.T) {
 			t.Errorf("body %d:\n got %s\nwant %s", id, got, want)
 		}
 	}
+}
+
+// openAtMigration opens a new database with the first n migrations of
+// schema.sql applied, and returns every migration block to apply the rest.
+func openAtMigration(t *testing.T, n int) (*sql.DB, []migration) {
+	t.Helper()
+	db, err := sql.Open(DriverName, DSN(filepath.Join(t.TempDir(), FileName), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	blocks, err := migrations(geohub.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(t.Context(), db, blocks[:n]); err != nil {
+		t.Fatal(err)
+	}
+	return db, blocks
 }

@@ -40,7 +40,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -307,39 +306,18 @@ type benchDelEnv struct {
 }
 
 func benchDelStart(b *testing.B) *benchDelEnv {
-	dir := b.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
-		Stdout: io.Discard, Ready: make(chan struct{})}
-	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx) }()
-	select {
-	case <-m.Ready:
-	case err := <-errc:
-		cancel()
-		b.Fatalf("server did not start: %v", err)
-	}
+	m, dir, stopMain := runMain(b)
 	rc := benchDelNewReceiver()
 	env := &benchDelEnv{m: m, rc: rc, client: benchClient()}
 	env.stop = func() {
 		env.client.CloseIdleConnections()
-		cancel()
-		if err := <-errc; err != nil {
+		if err := stopMain(); err != nil {
 			b.Error(err)
 		}
 		rc.srv.Close()
 	}
-	token := func(papel app.Papel) string {
-		var out bytes.Buffer
-		if err := createToken(ctx, &out, dir, papel, "bench-"+string(papel)); err != nil {
-			env.stop()
-			b.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		return strings.TrimSpace(lines[len(lines)-1])
-	}
-	admin := token(app.PapelAdmin)
-	env.producer = token(app.PapelProdutor)
+	admin := mainToken(b, dir, app.PapelAdmin, "bench-admin")
+	env.producer = mainToken(b, dir, app.PapelProdutor, "bench-produtor")
 	body, _ := json.Marshal(app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
 		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}})
 	if err := benchPost(env.client, "http://"+m.Addr+"/api/integradores", admin, body, http.StatusCreated); err != nil {

@@ -299,35 +299,15 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 	}
 	subjects = append(subjects, &subject{name: "go-sdk", rc: startGoReceiver(t)})
 
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
-		Stdout: io.Discard, Ready: make(chan struct{})}
-	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx) }()
-	select {
-	case <-m.Ready:
-	case err := <-errc:
-		cancel()
-		t.Fatalf("server did not start: %v", err)
-	}
+	m, dir, stop := runMain(t)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	})
 	base := "http://" + m.Addr
 	client := &http.Client{Timeout: 10 * time.Second}
-	token := func(papel app.Papel) string {
-		var out bytes.Buffer
-		if err := createToken(ctx, &out, dir, papel, "guia-"+string(papel)); err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		return strings.TrimSpace(lines[len(lines)-1])
-	}
-	admin, producer := token(app.PapelAdmin), token(app.PapelProdutor)
+	admin, producer := mainToken(t, dir, app.PapelAdmin, "guia-admin"), mainToken(t, dir, app.PapelProdutor, "guia-produtor")
 
 	// Register each receiver, with retries a second apart so the poison
 	// event is retried within its 8 s.
