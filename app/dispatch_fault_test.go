@@ -6,7 +6,8 @@ package app_test
 // delivery records (status, attempts, ultimo_status, ultimo_erro, the next
 // attempt on the injected clock), while a healthy integrator next to it
 // keeps receiving. Retries are driven by the clock, never by sleeping; the
-// only waits poll for state with a deadline (waitFor).
+// tests wait on the dispatcher's Recorded signal for the number of outcomes
+// each step brings due, then read the store once.
 
 import (
 	"context"
@@ -69,27 +70,26 @@ func (k *faultKit) bad(t *testing.T, rc *receiver, backoff ...string) app.Create
 }
 
 // barrier publishes an event only the healthy integrator receives and waits
-// until it is delivered: the dispatcher has then run a claim round after
-// the barrier's commit, at the clock's current time, which would have
-// claimed any delivery due by then.
-func (k *faultKit) barrier(t *testing.T) {
+// for its outcome and the other outcomes the clock's time brings due: the
+// dispatcher has then run a claim round after the barrier's commit, at the
+// clock's current time, which would have claimed any delivery due by then.
+func (k *faultKit) barrier(t *testing.T, others int) {
 	t.Helper()
 	k.barriers++
 	ev := k.publish(t, "teste:b", fmt.Sprintf("barreira:%d", k.barriers), nil)
-	waitFor(t, "the barrier event", func() bool {
-		return k.delivery(t, ev.EventID, k.healthyIn.ID).Status == app.EntregaEntregue
-	})
+	k.waitOutcomes(t, 1+others)
+	if d := k.delivery(t, ev.EventID, k.healthyIn.ID); d.Status != app.EntregaEntregue || d.Tentativas != 1 {
+		t.Fatalf("the barrier event: %+v", d)
+	}
 }
 
-// healthyGot waits until the healthy integrator has every event, each at
+// healthyGot checks that the healthy integrator has every event, each at
 // the first attempt, correctly signed.
 func (k *faultKit) healthyGot(t *testing.T, events ...app.Event) {
 	t.Helper()
 	for _, ev := range events {
-		waitFor(t, "the healthy integrator's delivery", func() bool {
-			return k.delivery(t, ev.EventID, k.healthyIn.ID).Status == app.EntregaEntregue
-		})
-		if d := k.delivery(t, ev.EventID, k.healthyIn.ID); d.Tentativas != 1 || d.UltimoStatus != 204 {
+		if d := k.delivery(t, ev.EventID, k.healthyIn.ID); d.Status != app.EntregaEntregue || d.Tentativas != 1 ||
+			d.UltimoStatus != 204 {
 			t.Fatalf("the healthy integrator's delivery: %+v", d)
 		}
 	}
@@ -98,17 +98,13 @@ func (k *faultKit) healthyGot(t *testing.T, events ...app.Event) {
 	}
 }
 
-// attempted waits until the delivery has n attempts recorded and is no
-// longer in flight, and returns it.
+// attempted checks that the delivery has n attempts recorded and is not in
+// flight, and returns it.
 func (k *faultKit) attempted(t *testing.T, ev app.Event, in app.CreatedIntegrator, n int) app.Delivery {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("attempt %d", n), func() bool {
-		d := k.delivery(t, ev.EventID, in.ID)
-		return d.Tentativas >= n && d.Status != app.EntregaProcessando
-	})
 	d := k.delivery(t, ev.EventID, in.ID)
-	if d.Tentativas != n {
-		t.Fatalf("%d attempts, want %d: %+v", d.Tentativas, n, d)
+	if d.Tentativas != n || d.Status == app.EntregaProcessando {
+		t.Fatalf("%d attempts (%s), want %d: %+v", d.Tentativas, d.Status, n, d)
 	}
 	return d
 }
@@ -125,19 +121,18 @@ func expectRetry(t *testing.T, d app.Delivery, status int, erro string, next tim
 }
 
 // notBefore checks that a retry does not go out before it is due: with
-// the clock just short of next, a claim round leaves it alone.
-func (k *faultKit) notBefore(t *testing.T, ev app.Event, in app.CreatedIntegrator, rc *receiver, next time.Time) {
+// the clock just short of next, a claim round leaves it alone. others is
+// how many other deliveries that clock brings due.
+func (k *faultKit) notBefore(t *testing.T, ev app.Event, in app.CreatedIntegrator, rc *receiver, next time.Time, others int) {
 	t.Helper()
-	waitFor(t, "no attempt in flight", func() bool {
-		page, err := k.deliveries.List(context.Background(),
-			app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaProcessando})
-		return err == nil && page.Total == 0
-	})
+	if n := k.inStatus(t, in.ID, app.EntregaProcessando); n != 0 {
+		t.Fatalf("%d attempts in flight after their outcomes were recorded", n)
+	}
 	before := k.delivery(t, ev.EventID, in.ID)
 	requests := len(rc.requests())
 	k.clock.Add(next.Sub(k.clock.Now()) - time.Millisecond)
 	k.dispatcher.Wake()
-	k.barrier(t)
+	k.barrier(t, others)
 	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != before.Tentativas || d.Status != before.Status ||
 		len(rc.requests()) != requests {
 		t.Fatalf("retried before %v (clock %v): %+v", next, k.clock.Now(), d)
@@ -160,6 +155,7 @@ func attempts(t *testing.T, k *faultKit, id int64) []app.Attempt {
 }
 
 func TestFaultHangingReceiverTimesOutAndIsRetriedWithBackoff(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	release := make(chan struct{})
 	var hanging atomic.Int32
@@ -179,6 +175,7 @@ func TestFaultHangingReceiverTimesOutAndIsRetriedWithBackoff(t *testing.T) {
 	// A second one hangs alongside (PerIntegrator is 2): two timeouts a
 	// round, four in all, so the breaker (5) stays shut.
 	other := k.publish(t, "teste:a", "x:2", nil)
+	k.waitOutcomes(t, 2+2) // both to the healthy integrator, both timing out here
 	k.healthyGot(t, ev, other)
 	k.attempted(t, other, in, 1)
 	d := k.attempted(t, ev, in, 1)
@@ -187,13 +184,16 @@ func TestFaultHangingReceiverTimesOutAndIsRetriedWithBackoff(t *testing.T) {
 		t.Fatalf("recorded attempts: %+v", a)
 	}
 
-	k.notBefore(t, ev, in, rc, start.Add(time.Minute))
+	k.notBefore(t, ev, in, rc, start.Add(time.Minute), 0)
 	k.due(start.Add(time.Minute))
+	k.waitOutcomes(t, 2) // both time out again
+	k.attempted(t, other, in, 2)
 	d = k.attempted(t, ev, in, 2)
 	expectRetry(t, d, 0, "Timeout", start.Add(time.Minute+2*time.Minute))
 }
 
 func TestFaultConnectionResetIsARetryableFailure(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		handle func(net.Conn, *http.Request)
@@ -222,6 +222,7 @@ func TestFaultConnectionResetIsARetryableFailure(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			k := newFaultKit(t)
 			var mu sync.Mutex
 			healed := false
@@ -245,6 +246,7 @@ func TestFaultConnectionResetIsARetryableFailure(t *testing.T) {
 
 			start := k.clock.Now()
 			ev := k.publish(t, "teste:a", "x:1", nil)
+			k.waitOutcomes(t, 2)
 			k.healthyGot(t, ev)
 			d := k.attempted(t, ev, in, 1)
 			expectRetry(t, d, 0, "", start.Add(10*time.Second))
@@ -257,13 +259,14 @@ func TestFaultConnectionResetIsARetryableFailure(t *testing.T) {
 				t.Fatalf("%d requests for one attempt", n)
 			}
 
-			k.notBefore(t, ev, in, rc, start.Add(10*time.Second))
+			k.notBefore(t, ev, in, rc, start.Add(10*time.Second), 0)
 			mu.Lock()
 			healed = true
 			mu.Unlock()
 			k.due(start.Add(10 * time.Second))
-			waitFor(t, "the retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
-			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 2 || d.UltimoStatus != 204 || d.EntregueEm == nil {
+			k.waitOutcomes(t, 1)
+			if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaEntregue || d.Tentativas != 2 ||
+				d.UltimoStatus != 204 || d.EntregueEm == nil {
 				t.Fatalf("after the receiver healed: %+v", d)
 			}
 			if a := attempts(t, k, d.ID); len(a) != 2 || a[0].Erro == "" || a[0].StatusCode != 0 || a[1].StatusCode != 204 {
@@ -274,20 +277,23 @@ func TestFaultConnectionResetIsARetryableFailure(t *testing.T) {
 }
 
 func TestFaultReceiverThatAcceptsThenCrashes(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	rc := newReceiver(t, nil)
 	in := k.bad(t, rc, "30s")
 
 	first := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "the first delivery", func() bool {
-		return k.delivery(t, first.EventID, in.ID).Status == app.EntregaEntregue
-	})
+	k.waitOutcomes(t, 2)
+	if d := k.delivery(t, first.EventID, in.ID); d.Status != app.EntregaEntregue {
+		t.Fatalf("the first delivery: %+v", d)
+	}
 	// It crashes: the process and its listener are gone.
 	addr := rc.Listener.Addr().String()
 	rc.Close()
 
 	start := k.clock.Now()
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 2)
 	k.healthyGot(t, first, ev)
 	d := k.attempted(t, ev, in, 1)
 	// "connection refused", or the pooled connection's error when the
@@ -308,9 +314,12 @@ func TestFaultReceiverThatAcceptsThenCrashes(t *testing.T) {
 	restarted.Listener = ln
 	restarted.Start()
 	t.Cleanup(restarted.Close)
-	k.notBefore(t, ev, in, rc, start.Add(30*time.Second))
+	k.notBefore(t, ev, in, rc, start.Add(30*time.Second), 0)
 	k.due(start.Add(30 * time.Second))
-	waitFor(t, "the retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaEntregue || d.Tentativas != 2 {
+		t.Fatalf("the retry: %+v", d)
+	}
 	got := rc.requests()
 	if len(got) != 2 {
 		t.Fatalf("%d requests reached the receiver, want 2 (one before the crash, one after)", len(got))
@@ -323,6 +332,7 @@ func TestFaultReceiverThatAcceptsThenCrashes(t *testing.T) {
 }
 
 func TestFaultSlowReceiverWithinTheTimeoutSucceeds(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	// Slow to answer, then slow to finish the answer: well inside the
 	// kit's 300 ms timeout.
@@ -338,6 +348,7 @@ func TestFaultSlowReceiverWithinTheTimeoutSucceeds(t *testing.T) {
 	})
 	in := k.bad(t, rc)
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 2)
 	k.healthyGot(t, ev)
 	d := k.attempted(t, ev, in, 1)
 	if d.Status != app.EntregaEntregue || d.UltimoStatus != 200 || d.UltimoErro != "" || d.EntregueEm == nil {
@@ -349,6 +360,7 @@ func TestFaultSlowReceiverWithinTheTimeoutSucceeds(t *testing.T) {
 }
 
 func TestFaultEndlessAnswerBodyIsCutAndDelivered(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	rc := newFaultReceiver(t, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
@@ -361,6 +373,7 @@ func TestFaultEndlessAnswerBodyIsCutAndDelivered(t *testing.T) {
 	})
 	in := k.bad(t, rc)
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 2)
 	k.healthyGot(t, ev)
 	d := k.attempted(t, ev, in, 1)
 	if d.Status != app.EntregaEntregue || d.UltimoStatus != 200 {
@@ -372,6 +385,7 @@ func TestFaultEndlessAnswerBodyIsCutAndDelivered(t *testing.T) {
 }
 
 func TestFaultRedirectIsAFailureAndIsNeverFollowed(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	// Where the redirects point: loopback, allowed by the kit's insecure
 	// policy, so only the no-redirect rule keeps the dispatcher away.
@@ -391,6 +405,7 @@ func TestFaultRedirectIsAFailureAndIsNeverFollowed(t *testing.T) {
 	}
 	start := k.clock.Now()
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 1+len(bads))
 	k.healthyGot(t, ev)
 	for _, b := range bads {
 		d := k.attempted(t, ev, b.in, 1)
@@ -401,6 +416,7 @@ func TestFaultRedirectIsAFailureAndIsNeverFollowed(t *testing.T) {
 	}
 	// Their retries redirect again, and still nobody follows.
 	k.due(start.Add(time.Minute))
+	k.waitOutcomes(t, len(bads))
 	for _, b := range bads {
 		d := k.attempted(t, ev, b.in, 2)
 		expectRetry(t, d, b.code, strconv.Itoa(b.code), start.Add(time.Minute+2*time.Minute))
@@ -411,6 +427,7 @@ func TestFaultRedirectIsAFailureAndIsNeverFollowed(t *testing.T) {
 }
 
 func TestFaultStatusCodes(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	type bad struct {
 		code  int
@@ -432,8 +449,15 @@ func TestFaultStatusCodes(t *testing.T) {
 		})
 		bads = append(bads, bad{c.code, c.retry, rc, k.bad(t, rc)})
 	}
+	retryable := 0
+	for _, b := range bads {
+		if b.retry {
+			retryable++
+		}
+	}
 	start := k.clock.Now()
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 1+len(bads))
 	k.healthyGot(t, ev)
 	for _, b := range bads {
 		d := k.attempted(t, ev, b.in, 1)
@@ -449,10 +473,11 @@ func TestFaultStatusCodes(t *testing.T) {
 		}
 	}
 
-	// An hour later the retryable ones have had their second attempt (1 min
-	// after the first) and wait 2 min more; the dead letters were never
-	// tried again.
+	// The retryable ones have their second attempt 1 min after the first
+	// and wait 2 min more; an hour later, their third (4 min more), while
+	// the dead letters were never tried again.
 	k.due(start.Add(time.Minute))
+	k.waitOutcomes(t, retryable)
 	for _, b := range bads {
 		if b.retry {
 			d := k.attempted(t, ev, b.in, 2)
@@ -460,20 +485,24 @@ func TestFaultStatusCodes(t *testing.T) {
 		}
 	}
 	k.due(start.Add(time.Hour))
-	k.barrier(t)
+	k.barrier(t, retryable)
 	for _, b := range bads {
-		if !b.retry {
-			if d := k.delivery(t, ev.EventID, b.in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
-				t.Fatalf("%d was retried: %+v", b.code, d)
-			}
-			if n := len(b.rc.requests()); n != 1 {
-				t.Fatalf("%d: %d requests, want 1", b.code, n)
-			}
+		if b.retry {
+			d := k.attempted(t, ev, b.in, 3)
+			expectRetry(t, d, b.code, strconv.Itoa(b.code), start.Add(time.Hour+4*time.Minute))
+			continue
+		}
+		if d := k.delivery(t, ev.EventID, b.in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
+			t.Fatalf("%d was retried: %+v", b.code, d)
+		}
+		if n := len(b.rc.requests()); n != 1 {
+			t.Fatalf("%d: %d requests, want 1", b.code, n)
 		}
 	}
 }
 
 func TestFaultTooManyRequestsHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	k := newFaultKit(t)
 	start := k.clock.Now()
 	date := start.Add(10 * time.Minute).UTC().Format(http.TimeFormat) // whole seconds
@@ -507,15 +536,29 @@ func TestFaultTooManyRequestsHonoursRetryAfter(t *testing.T) {
 		bads = append(bads, bad{c.retryAfter, c.next, rc, k.bad(t, rc, "5s", "5s")})
 	}
 	ev := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 1+len(bads))
 	k.healthyGot(t, ev)
 	for _, b := range bads {
 		d := k.attempted(t, ev, b.in, 1)
 		expectRetry(t, d, 429, "o receptor respondeu 429", b.next)
 	}
 	// Retry-After 120: not at the backoff's 5 s, nor at 119.999 s; at 120 s.
+	// By 119.999 s the ones retried at the backoff's 5 s have had their
+	// second attempt, and wait the second step.
 	b := bads[0]
-	k.notBefore(t, ev, b.in, b.rc, b.next)
+	var atBackoff []bad
+	for _, o := range bads {
+		if o.next.Equal(start.Add(5 * time.Second)) {
+			atBackoff = append(atBackoff, o)
+		}
+	}
+	k.notBefore(t, ev, b.in, b.rc, b.next, len(atBackoff))
+	for _, o := range atBackoff {
+		d := k.attempted(t, ev, o.in, 2)
+		expectRetry(t, d, 429, "o receptor respondeu 429", b.next.Add(-time.Millisecond+5*time.Second))
+	}
 	k.due(b.next)
+	k.waitOutcomes(t, 1)
 	k.attempted(t, ev, b.in, 2)
 	if n := len(b.rc.requests()); n != 2 {
 		t.Fatalf("%d requests, want 2", n)

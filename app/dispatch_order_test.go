@@ -19,10 +19,7 @@ import (
 // every aggregate in sequence order, never two of its requests at once,
 // while requests of different aggregates overlap.
 func TestABurstArrivesInSequenceOrderPerAggregate(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) {
-		d.PerIntegrator, d.MaxInFlight = 8, 16
-		d.Signals.Recorded.Init()
-	})
+	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.PerIntegrator, d.MaxInFlight = 8, 16 })
 	var mu sync.Mutex
 	inFlight, last := map[string]int{}, map[string]int{}
 	var problems []string
@@ -103,7 +100,7 @@ func TestARotationDeadLettersNothing(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Signals.Recorded.Init() })
+			k := newOutboxKit(t)
 			var mu sync.Mutex
 			secrets := map[string]string{}
 			accepted := 0
@@ -127,7 +124,7 @@ func TestARotationDeadLettersNothing(t *testing.T) {
 			secrets["old"] = in.Segredo
 			mu.Unlock()
 			k.publish(t, "teste:a", "x:0", nil)
-			k.waitRecorded(t, 1)
+			k.waitOutcomes(t, 1)
 			rot, err := k.integrators.RotateSecret(context.Background(), in.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -137,7 +134,7 @@ func TestARotationDeadLettersNothing(t *testing.T) {
 			mu.Unlock()
 			for i := range 10 {
 				k.publish(t, "teste:a", fmt.Sprintf("x:%d", i%3), nil)
-				k.waitRecorded(t, 1) // one by one, so the switch falls between deliveries
+				k.waitOutcomes(t, 1) // one by one, so the switch falls between deliveries
 			}
 			page, err := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaFalhou})
 			if err != nil || page.Total != 0 {
@@ -155,7 +152,7 @@ func TestARotationDeadLettersNothing(t *testing.T) {
 // After the grace period a 401 is terminal again: nothing signs with the
 // old secret any more.
 func TestAfterTheGraceA401IsTerminal(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Signals.Recorded.Init() })
+	k := newOutboxKit(t)
 	rc := newReceiver(t, func(n int, r *http.Request) int { return 401 })
 	in := k.integrator(t, rc, nil)
 	if _, err := k.integrators.RotateSecret(context.Background(), in.ID); err != nil {
@@ -163,7 +160,7 @@ func TestAfterTheGraceA401IsTerminal(t *testing.T) {
 	}
 	k.clock.Add(app.SecretGrace + time.Second)
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	k.waitRecorded(t, 1)
+	k.waitOutcomes(t, 1)
 	if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaFalhou || len(rc.requests()) != 1 {
 		t.Fatalf("after the grace: %+v, %d requests", d, len(rc.requests()))
 	}
@@ -175,10 +172,7 @@ func TestAfterTheGraceA401IsTerminal(t *testing.T) {
 // One event failing over and over, alone or among others' successes, never
 // opens the breaker and never delays the other aggregates.
 func TestAPoisonEventDelaysNoOtherAggregate(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) {
-		d.Signals.Recorded.Init()
-		d.Signals.Circuit.Init()
-	})
+	k := newOutboxKit(t)
 	var poison string
 	var mu sync.Mutex
 	rc := newReceiver(t, func(n int, r *http.Request) int {
@@ -197,12 +191,12 @@ func TestAPoisonEventDelaysNoOtherAggregate(t *testing.T) {
 	mu.Lock()
 	poison = k.publish(t, "teste:a", "poison:1", nil).EventID
 	mu.Unlock()
-	k.waitRecorded(t, 1)
+	k.waitOutcomes(t, 1)
 	// Eight attempts of the poison event alone, a second apart.
 	for range 7 {
 		k.clock.Add(1100 * time.Millisecond)
 		k.dispatcher.Wake()
-		k.waitRecorded(t, 1)
+		k.waitOutcomes(t, 1)
 	}
 	if d := k.delivery(t, poison, in.ID); d.Tentativas != 8 || d.Status != app.EntregaPendente {
 		t.Fatalf("the poison event: %+v", d)
@@ -210,7 +204,7 @@ func TestAPoisonEventDelaysNoOtherAggregate(t *testing.T) {
 	// Now the others: each goes at its first claim.
 	for i := range 5 {
 		ev := k.publish(t, "teste:a", fmt.Sprintf("other:%d", i), nil)
-		k.waitRecorded(t, 1)
+		k.waitOutcomes(t, 1)
 		if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaEntregue || d.Tentativas != 1 {
 			t.Fatalf("another aggregate's event: %+v", d)
 		}
@@ -227,7 +221,7 @@ func TestAPoisonEventDelaysNoOtherAggregate(t *testing.T) {
 // An endpoint that refuses every event opens the breaker, and operators see
 // it in the integrator's representation.
 func TestAnEndpointFailingEveryEventOpensTheBreaker(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Signals.Circuit.Init() })
+	k := newOutboxKit(t)
 	rc := newReceiver(t, func(n int, r *http.Request) int { return 503 })
 	in := k.integrator(t, rc, nil)
 	for i := range 6 {
@@ -247,7 +241,7 @@ func TestAnEndpointFailingEveryEventOpensTheBreaker(t *testing.T) {
 // The backoff counts from the end of the failed attempt: an attempt that
 // takes its whole timeout is retried a full step after it ended.
 func TestBackoffCountsFromTheEndOfTheAttempt(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Signals.Recorded.Init() })
+	k := newOutboxKit(t)
 	rc := newReceiver(t, func(n int, r *http.Request) int {
 		k.clock.Add(5 * time.Second) // a slow answer, on the dispatcher's clock
 		return 503
@@ -255,7 +249,7 @@ func TestBackoffCountsFromTheEndOfTheAttempt(t *testing.T) {
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"1s"} })
 	start := k.clock.Now()
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	k.waitRecorded(t, 1)
+	k.waitOutcomes(t, 1)
 	if d := k.delivery(t, ev.EventID, in.ID); d.ProximaTentativa.Sub(start) < 5900*time.Millisecond {
 		t.Fatalf("retry at +%v: counted from the attempt's start", d.ProximaTentativa.Sub(start))
 	}
@@ -263,11 +257,11 @@ func TestBackoffCountsFromTheEndOfTheAttempt(t *testing.T) {
 
 // Every envelope names its author: without one, the publishing system.
 func TestEveryEnvelopeHasAnAuthor(t *testing.T) {
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Signals.Recorded.Init() })
+	k := newOutboxKit(t)
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, nil)
 	k.publish(t, "teste:a", "x:1", nil)
-	k.waitRecorded(t, 1)
+	k.waitOutcomes(t, 1)
 	if _, err := k.deliveries.Verify(context.Background(), k.integrators, in.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -284,17 +278,5 @@ func TestEveryEnvelopeHasAnAuthor(t *testing.T) {
 		if err := json.Unmarshal(reqs[i].body, &env); err != nil || string(env.Origem.Autoria) != want {
 			t.Fatalf("request %d: autoria %s, want %s (%v)", i+1, env.Origem.Autoria, want, err)
 		}
-	}
-}
-
-// waitRecorded waits until the dispatcher has committed n more outcomes.
-func (k *outboxKit) waitRecorded(t *testing.T, n int) {
-	t.Helper()
-	for got := 0; got < n; {
-		m, ok := k.dispatcher.Signals.Recorded.Wait(10 * time.Second)
-		if !ok {
-			t.Fatalf("%d of %d outcomes recorded, then nothing", got, n)
-		}
-		got += m
 	}
 }

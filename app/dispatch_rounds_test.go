@@ -41,6 +41,7 @@ func (s *roundStore) FinishDeliveries(ctx context.Context, results []app.Deliver
 // A request that hangs holds an integrator at its limit; with nothing else
 // to claim, the loop must sleep, not run a transaction every few ms.
 func TestAHangingRequestDoesNotSpinTheDispatcher(t *testing.T) {
+	t.Parallel()
 	rs := &roundStore{}
 	k := newOutboxKitWith(t, func(d *app.Dispatcher) {
 		rs.OutboxStore = d.Store
@@ -50,7 +51,15 @@ func TestAHangingRequestDoesNotSpinTheDispatcher(t *testing.T) {
 	})
 	release := make(chan struct{})
 	var once sync.Once
-	hung := newReceiver(t, func(int, *http.Request) int { <-release; return 204 })
+	arrived := make(chan struct{}, 1)
+	hung := newReceiver(t, func(int, *http.Request) int {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-release
+		return 204
+	})
 	// Registered after the receiver's, so it runs first: closing a server
 	// waits for its handlers.
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -59,7 +68,13 @@ func TestAHangingRequestDoesNotSpinTheDispatcher(t *testing.T) {
 	for i := range 3 {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
 	}
-	waitFor(t, "the first request on the wire", func() bool { return len(hung.requests()) == 1 })
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the hanging receiver")
+	}
+	// A rate over a second of real time: the loop's timers are real, and a
+	// spinning loop raises no signal (its claims find nothing).
 	before := rs.rounds.Load()
 	time.Sleep(time.Second)
 	if n := rs.rounds.Load() - before; n > 5 {
@@ -72,6 +87,7 @@ func TestAHangingRequestDoesNotSpinTheDispatcher(t *testing.T) {
 // later round, each row delivered once, with one attempt and no lease left to
 // expire into a "crash".
 func TestOutcomesOfAFailedRoundAreRecordedLater(t *testing.T) {
+	t.Parallel()
 	rs := &roundStore{}
 	rs.failures.Store(3)
 	k := newOutboxKitWith(t, func(d *app.Dispatcher) {
@@ -83,10 +99,12 @@ func TestOutcomesOfAFailedRoundAreRecordedLater(t *testing.T) {
 	for i := range 6 {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
 	}
-	waitFor(t, "every delivery recorded as entregue", func() bool {
-		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaEntregue})
-		return page.Total == 6
-	})
+	// A failed round raises nothing; each round that fails waits a second
+	// before the next.
+	k.waitOutcomes(t, 6)
+	if n := k.inStatus(t, in.ID, app.EntregaEntregue); n != 6 {
+		t.Fatalf("%d of 6 deliveries recorded as entregue", n)
+	}
 	if rs.failures.Load() >= 0 {
 		t.Fatal("no round failed: the test proved nothing")
 	}

@@ -38,7 +38,9 @@ type outboxKit struct {
 
 func newOutboxKit(t *testing.T) *outboxKit { return newOutboxKitWith(t, nil) }
 
-// newOutboxKitWith lets tune change the dispatcher before it runs.
+// newOutboxKitWith lets tune change the dispatcher before it runs. Every
+// signal the dispatcher raises is recorded, so tests wait on them instead
+// of polling the store.
 func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	t.Helper()
 	ctx := context.Background()
@@ -68,6 +70,9 @@ func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
 		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
 		AutoDisable: app.DefaultAutoDisable, Timeout: 300 * time.Millisecond}
+	d.Signals.Recorded.Init()
+	d.Signals.Claimed.Init()
+	d.Signals.Circuit.Init()
 	if tune != nil {
 		tune(d)
 	}
@@ -144,6 +149,66 @@ func (k *outboxKit) publish(t *testing.T, tipo, agregado string, autoria *app.Au
 	return ev
 }
 
+// waitOutcomes waits until the dispatcher has committed exactly n more
+// outcomes (attempts, and rows handed back without one): the tests that use
+// it know how many deliveries each step brings due, so one more is a failure
+// too.
+func (k *outboxKit) waitOutcomes(t *testing.T, n int) {
+	t.Helper()
+	for got := 0; got < n; {
+		m, ok := k.dispatcher.Signals.Recorded.Wait(10 * time.Second)
+		if !ok {
+			t.Fatalf("%d of %d outcomes recorded, then nothing", got, n)
+		}
+		if got += m; got > n {
+			t.Fatalf("%d outcomes recorded, want %d", got, n)
+		}
+	}
+}
+
+// recordedUntil waits on the dispatcher's recorded rounds until cond, which
+// reads the store, holds after one: for the few tests whose number of
+// outcomes depends on timing (how many rows a breaker catches as it opens).
+func (k *outboxKit) recordedUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if _, ok := k.dispatcher.Signals.Recorded.Wait(time.Until(deadline)); !ok {
+			t.Fatalf("no recorded round brought %s", what)
+		}
+	}
+}
+
+// waitCircuit waits for the next breaker change, which must be id's circuit
+// opening (open) or closing.
+func (k *outboxKit) waitCircuit(t *testing.T, id string, open bool) {
+	t.Helper()
+	c, ok := k.dispatcher.Signals.Circuit.Wait(10 * time.Second)
+	if want := (app.CircuitChange{Integrador: id, Open: open}); !ok || c != want {
+		t.Fatalf("breaker change %+v (raised: %v), want %+v", c, ok, want)
+	}
+}
+
+// noCircuitChange checks that no breaker opened or closed before the
+// outcomes the test has waited for: trip raises its signal before the
+// round recording the attempt, so a change would already be waiting.
+func (k *outboxKit) noCircuitChange(t *testing.T) {
+	t.Helper()
+	if c, ok := k.dispatcher.Signals.Circuit.Wait(10 * time.Millisecond); ok {
+		t.Fatalf("the breaker changed: %+v", c)
+	}
+}
+
+// inStatus counts an integrator's deliveries in a status.
+func (k *outboxKit) inStatus(t *testing.T, integrador, status string) int {
+	t.Helper()
+	page, err := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: integrador, Status: status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page.Total
+}
+
 func (k *outboxKit) delivery(t *testing.T, eventID, integrador string) app.Delivery {
 	t.Helper()
 	page, err := k.deliveries.List(context.Background(), app.DeliveryFilter{EventID: eventID, Integrador: integrador})
@@ -175,6 +240,7 @@ func verify(t *testing.T, r received, secret string, now time.Time) {
 }
 
 func TestDeliveryIsSignedOrderedAndIdenticalForEveryRecipient(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	ra, rb := newReceiver(t, nil), newReceiver(t, nil)
 	a := k.integrator(t, ra, nil)
@@ -183,7 +249,13 @@ func TestDeliveryIsSignedOrderedAndIdenticalForEveryRecipient(t *testing.T) {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i%2), nil)
 	}
 	k.publish(t, "teste:b", "x:0", nil) // b's patterns exclude it
-	waitFor(t, "deliveries", func() bool { return len(ra.requests()) == 9 && len(rb.requests()) == 8 })
+	k.waitOutcomes(t, 9+8)
+	if na, nb := len(ra.requests()), len(rb.requests()); na != 9 || nb != 8 {
+		t.Fatalf("%d and %d requests, want 9 and 8", na, nb)
+	}
+	if n := k.inStatus(t, a.ID, app.EntregaEntregue) + k.inStatus(t, b.ID, app.EntregaEntregue); n != 9+8 {
+		t.Fatalf("%d deliveries recorded as entregue, want 17", n)
+	}
 	bodies := map[string]string{}
 	for _, r := range ra.requests() {
 		verify(t, r, a.Segredo, k.clock.Now())
@@ -222,25 +294,34 @@ func slicesSortInts(s []int) {
 }
 
 func TestProtocolAnswersDeadLetterAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, code := range []int{400, 401} {
 		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
 			k := newOutboxKit(t)
 			rc := newReceiver(t, func(int, *http.Request) int { return code })
 			in := k.integrator(t, rc, nil)
 			ev := k.publish(t, "teste:a", "x:1", nil)
-			waitFor(t, "dead letter", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaFalhou })
+			k.waitOutcomes(t, 1)
+			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
+				t.Fatalf("a %d answer must be a dead letter at once: %+v", code, d)
+			}
 			k.clock.Add(2 * time.Hour)
 			k.dispatcher.Wake()
-			k.publish(t, "teste:a", "x:2", nil) // a later delivery proves the dispatcher ran again
-			waitFor(t, "second event", func() bool { return len(rc.requests()) == 2 })
-			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
-				t.Fatalf("a %d answer was retried: %+v", code, d)
+			later := k.publish(t, "teste:a", "x:2", nil) // a later delivery proves the dispatcher ran again
+			k.waitOutcomes(t, 1)
+			if d := k.delivery(t, later.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou {
+				t.Fatalf("the later event: %+v", d)
+			}
+			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou || len(rc.requests()) != 2 {
+				t.Fatalf("a %d answer was retried: %+v, %d requests", code, d, len(rc.requests()))
 			}
 		})
 	}
 }
 
 func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	var mu sync.Mutex
 	healthy := false
@@ -257,20 +338,34 @@ func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
 	k.publish(t, "teste:a", "x:1", nil) // sequence 1 of x:1
 	ev := k.publish(t, "teste:a", "x:1", nil)
 	start := k.clock.Now()
-	waitFor(t, "first attempts", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	k.waitOutcomes(t, 2) // sequence 1 delivered, then the first attempt of 2
 	d := k.delivery(t, ev.EventID, in.ID)
-	if d.Status != app.EntregaPendente || d.ProximaTentativa.Sub(start) != 5*time.Second {
+	if d.Tentativas != 1 || d.Status != app.EntregaPendente || d.ProximaTentativa.Sub(start) != 5*time.Second {
 		t.Fatalf("after one failure: %+v (want a retry 5 s later)", d)
 	}
-	k.dispatcher.Wake() // not due yet: nothing is sent
+	// Not due yet: the claim rounds after a wake and after a later event's
+	// commit leave it alone, as that event's delivery shows.
+	k.dispatcher.Wake()
+	later := k.publish(t, "teste:a", "y:1", nil)
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, later.EventID, in.ID); d.Status != app.EntregaEntregue {
+		t.Fatalf("the later event: %+v", d)
+	}
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaPendente || len(rc.requests()) != 3 {
+		t.Fatalf("retried before it was due: %+v, %d requests", d, len(rc.requests()))
+	}
 	k.clock.Add(6 * time.Second)
 	k.dispatcher.Wake()
-	waitFor(t, "second attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 2 })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 2 || d.Status != app.EntregaPendente ||
+		!d.ProximaTentativa.Equal(start.Add(6*time.Second+30*time.Second)) {
+		t.Fatalf("after the second attempt: %+v (want a retry 30 s later)", d)
+	}
 	k.clock.Add(31 * time.Second)
 	k.dispatcher.Wake()
-	waitFor(t, "attempts exhausted", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaFalhou })
-	if n := k.delivery(t, ev.EventID, in.ID).Tentativas; n != 3 {
-		t.Fatalf("%d attempts, want 3 (two backoff steps)", n)
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 3 || d.Status != app.EntregaFalhou {
+		t.Fatalf("after the third attempt: %+v, want falhou after 3 (two backoff steps)", d)
 	}
 
 	mu.Lock()
@@ -279,7 +374,10 @@ func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
 	if err := k.deliveries.Resend(context.Background(), d.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "resend", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaEntregue {
+		t.Fatalf("after the resend: %+v", d)
+	}
 	var mine []received
 	for _, r := range rc.requests() {
 		if r.header.Get("X-Geohub-Evento-Id") == ev.EventID {
@@ -311,6 +409,7 @@ func TestRetriesFollowTheBackoffAndResendKeepsTheSequence(t *testing.T) {
 }
 
 func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	rc := newReceiver(t, func(n int, r *http.Request) int { return 429 })
 	rc.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -320,13 +419,14 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"5s"} })
 	start := k.clock.Now()
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
-	if d := k.delivery(t, ev.EventID, in.ID); d.ProximaTentativa.Sub(start) < 120*time.Second {
-		t.Fatalf("Retry-After ignored: next attempt at +%v", d.ProximaTentativa.Sub(start))
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.ProximaTentativa.Sub(start) < 120*time.Second {
+		t.Fatalf("Retry-After ignored: %d attempts, next at +%v", d.Tentativas, d.ProximaTentativa.Sub(start))
 	}
 }
 
 func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	hang := make(chan struct{})
 	defer close(hang)
@@ -348,12 +448,19 @@ func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
 	})
 	healthy := newReceiver(t, nil)
 	k.integrator(t, dead, nil)
-	k.integrator(t, healthy, nil)
+	healthyIn := k.integrator(t, healthy, nil)
 	for i := range 30 {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
 	}
-	// The dead one holds at most PerIntegrator requests; the rest flow.
-	waitFor(t, "healthy deliveries", func() bool { return len(healthy.requests()) == 30 })
+	// The dead one holds at most PerIntegrator requests; the rest flow. How
+	// many of the dead one's rows time out, and how many its breaker hands
+	// back, depends on timing: wait for the healthy one's outcomes.
+	k.recordedUntil(t, "every healthy delivery", func() bool {
+		return k.inStatus(t, healthyIn.ID, app.EntregaEntregue) == 30
+	})
+	if n := len(healthy.requests()); n != 30 {
+		t.Fatalf("%d requests for 30 healthy deliveries", n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	// PerIntegrator is 2; the receiver notices an abandoned request a
@@ -364,6 +471,7 @@ func TestADeadIntegratorDoesNotSlowAHealthyOne(t *testing.T) {
 }
 
 func TestRoutingByAudience(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	ra, rb := newReceiver(t, nil), newReceiver(t, nil)
 	a := k.integrator(t, ra, nil)
@@ -374,7 +482,10 @@ func TestRoutingByAudience(t *testing.T) {
 	k.publish(t, "teste:originador", "oc:1", nil)   // system event on oc:1: to a only
 	k.publish(t, "teste:solicitante", "sol:1", byB) // command outcome: to b only
 	k.publish(t, "teste:a", "x:1", nil)             // todos: both
-	waitFor(t, "deliveries", func() bool { return len(ra.requests()) == 3 && len(rb.requests()) == 2 })
+	k.waitOutcomes(t, 3+2)
+	if na, nb := len(ra.requests()), len(rb.requests()); na != 3 || nb != 2 {
+		t.Fatalf("%d and %d requests, want 3 and 2", na, nb)
+	}
 	for _, r := range rb.requests() {
 		if r.header.Get("X-Geohub-Agregado") == "oc:1" {
 			t.Fatal("an originador event reached another integrator")
@@ -392,6 +503,7 @@ func TestRoutingByAudience(t *testing.T) {
 }
 
 func TestTheBreakerDefersAFailingIntegratorUntilAProbeSucceeds(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	var mu sync.Mutex
 	healthy := false
@@ -404,66 +516,109 @@ func TestTheBreakerDefersAFailingIntegratorUntilAProbeSucceeds(t *testing.T) {
 		return 500
 	})
 	in := k.integrator(t, rc, nil)
+	// Another integrator, for teste:b only: its deliveries show that a claim
+	// round ran.
+	witness := k.integrator(t, newReceiver(t, nil), func(n *app.NewIntegrator) { n.Eventos = []string{"teste:b"} })
 	for i := range 10 {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
 	}
-	failed := func() int {
-		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
-		n := 0
-		for _, d := range page.Linhas {
-			n += d.Tentativas
-		}
-		return n
+	k.waitCircuit(t, in.ID, true)
+	if got, err := k.integrators.Get(context.Background(), in.ID); err != nil || got.Circuito == nil ||
+		got.Circuito.Estado != app.CircuitoAberto || got.Circuito.FalhasSeguidas < 5 {
+		t.Fatalf("integrator's circuit %+v %v", got.Circuito, err)
 	}
-	waitFor(t, "breaker to open", func() bool { return failed() >= 5 })
-	k.dispatcher.Wake()
-	k.publish(t, "teste:b", "outro", nil) // a commit and a claim round while open
+	// What was on the wire when it opened lands, and the rows claimed ahead
+	// go back to pendente.
+	k.recordedUntil(t, "no delivery of the failing integrator leased", func() bool {
+		return k.inStatus(t, in.ID, app.EntregaProcessando) == 0
+	})
 	attempts := len(rc.requests())
 	if attempts > 5+1 { // at most one more was in flight when it opened
 		t.Fatalf("%d attempts: the open breaker did not defer deliveries", attempts)
+	}
+	k.dispatcher.Wake()
+	outro := k.publish(t, "teste:b", "outro", nil) // a commit and a claim round while open
+	k.recordedUntil(t, "the witness's delivery", func() bool {
+		return k.delivery(t, outro.EventID, witness.ID).Status == app.EntregaEntregue
+	})
+	if d := k.delivery(t, outro.EventID, in.ID); d.Status != app.EntregaPendente || d.Tentativas != 0 || len(rc.requests()) != attempts {
+		t.Fatalf("sent while the breaker was open: %+v, %d requests after %d", d, len(rc.requests()), attempts)
 	}
 	mu.Lock()
 	healthy = true
 	mu.Unlock()
 	k.clock.Add(31 * time.Second) // cooldown over: one probe, then the rest
 	k.dispatcher.Wake()
-	waitFor(t, "the deferred deliveries after a successful probe", func() bool {
-		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaEntregue})
-		return page.Total >= 10-attempts
+	k.waitCircuit(t, in.ID, false)
+	// Every row but those whose attempt failed (retried a minute after it)
+	// is delivered, once.
+	failedOnce := func(d app.Delivery) bool {
+		return d.Status == app.EntregaPendente && d.Tentativas == 1 && d.UltimoStatus == 500
+	}
+	k.recordedUntil(t, "the deferred deliveries after a successful probe", func() bool {
+		page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+		for _, d := range page.Linhas {
+			if d.Status != app.EntregaEntregue && !failedOnce(d) {
+				return false
+			}
+		}
+		return page.Total == 11
 	})
 	// Rows claimed ahead of a free slot when the circuit opened went back to
 	// pendente without an attempt: none sat leased until the reaper took it
 	// for a crash.
 	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+	delivered := 0
 	for _, d := range page.Linhas {
 		if d.Quedas != 0 {
 			t.Fatalf("delivery %d was reaped as if its worker had died: %+v", d.ID, d)
 		}
+		if d.Status == app.EntregaEntregue {
+			if delivered++; d.Tentativas != 1 {
+				t.Fatalf("delivery %d: %d attempts", d.ID, d.Tentativas)
+			}
+		}
+	}
+	if delivered != 11-attempts || len(rc.requests()) != 11 {
+		t.Fatalf("%d delivered after %d failed, %d requests; want %d and 11", delivered, attempts, len(rc.requests()), 11-attempts)
 	}
 }
 
 func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	rc := newReceiver(t, func(int, *http.Request) int { return 500 })
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) {
+		n.Eventos = []string{"teste:a"}
 		n.Backoff = []string{"10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h", "10h"}
 	})
+	witness := k.integrator(t, newReceiver(t, nil), func(n *app.NewIntegrator) { n.Eventos = []string{"teste:b"} })
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "first failure", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaPendente {
+		t.Fatalf("after the first failure: %+v", d)
+	}
 	got, _ := k.integrators.Get(context.Background(), in.ID)
 	if got.FalhandoDesde == nil {
 		t.Fatal("a failure must start the failing period")
 	}
+	// Attempt i ends (i-1)·11 h after the first: the 12th, at 121 h, is the
+	// first past 120 h.
 	for i := 2; i <= 12; i++ {
 		k.clock.Add(11 * time.Hour)
 		k.dispatcher.Wake()
-		waitFor(t, "retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == i || !k.active(in.ID) })
-		if !k.active(in.ID) {
-			break
+		k.waitOutcomes(t, 1)
+		if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != i {
+			t.Fatalf("retry %d: %+v", i, d)
 		}
 	}
-	// The disable follows the recording of the attempt that crossed 120 h.
-	waitFor(t, "auto-disable", func() bool { return !k.active(in.ID) })
+	// The disable follows the recording of the attempt that crossed 120 h,
+	// in the same step of the dispatcher: a later event's outcome comes after.
+	witnessed := k.publish(t, "teste:b", "x:1", nil)
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, witnessed.EventID, witness.ID); d.Status != app.EntregaEntregue {
+		t.Fatalf("the later event: %+v", d)
+	}
 	got, _ = k.integrators.Get(context.Background(), in.ID)
 	if got.Ativo || !strings.Contains(got.MotivoInativo, "automaticamente") {
 		t.Fatalf("after 121 h of failures: %+v", got)
@@ -473,12 +628,8 @@ func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {
 	}
 }
 
-func (k *outboxKit) active(id string) bool {
-	in, _ := k.integrators.Get(context.Background(), id)
-	return in.Ativo
-}
-
 func TestATimeoutIsRetried(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -499,51 +650,96 @@ func TestATimeoutIsRetried(t *testing.T) {
 	})
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) { n.Backoff = []string{"5s"} })
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "timed-out attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
+	k.waitOutcomes(t, 1)
 	d := k.delivery(t, ev.EventID, in.ID)
-	if d.Status != app.EntregaPendente || !strings.Contains(d.UltimoErro, "Timeout") {
+	if d.Tentativas != 1 || d.Status != app.EntregaPendente || !strings.Contains(d.UltimoErro, "Timeout") {
 		t.Fatalf("a timeout must be retried: %+v", d)
 	}
 	k.clock.Add(6 * time.Second)
 	k.dispatcher.Wake()
-	waitFor(t, "retry", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 2 || d.Status != app.EntregaEntregue {
+		t.Fatalf("the retry: %+v", d)
+	}
 }
 
 func TestDeliveredBodiesArePurgedAfterRetention(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, nil)
 	ev := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "delivery", func() bool { return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue })
-	id := k.delivery(t, ev.EventID, in.ID).ID
-	if d, _ := k.deliveries.Get(context.Background(), id); d.Corpo == nil {
+	k.waitOutcomes(t, 1)
+	d := k.delivery(t, ev.EventID, in.ID)
+	if d.Status != app.EntregaEntregue {
+		t.Fatalf("delivery %+v", d)
+	}
+	if d, _ := k.deliveries.Get(context.Background(), d.ID); d.Corpo == nil {
 		t.Fatal("the body is kept until the retention ends")
 	}
 	k.clock.Add(app.DefaultRetention + time.Hour)
 	k.dispatcher.Wake()
-	waitFor(t, "purge", func() bool { d, _ := k.deliveries.Get(context.Background(), id); return d.Corpo == nil })
+	// The purge runs as a pass of the dispatcher's loop begins. Two later
+	// deliveries: the first one's claim may have begun a pass before the
+	// clock moved, the second's began after the first was recorded.
+	var later app.Event
+	for i := range 2 {
+		later = k.publish(t, "teste:a", fmt.Sprintf("x:%d", i+2), nil)
+		k.waitOutcomes(t, 1)
+	}
+	if got, _ := k.deliveries.Get(context.Background(), d.ID); got.Corpo != nil {
+		t.Fatal("the body outlived the retention")
+	}
+	if got, _ := k.deliveries.Get(context.Background(), k.delivery(t, later.EventID, in.ID).ID); got.Corpo == nil {
+		t.Fatal("a body within the retention was purged")
+	}
 }
 
 func TestShutdownLeavesNoDeliveryLeased(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	hang := make(chan struct{})
 	defer close(hang)
-	rc := newReceiver(t, func(int, *http.Request) int { <-hang; return 204 })
+	arrived := make(chan struct{}, 10)
+	rc := newReceiver(t, func(int, *http.Request) int {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-hang
+		return 204
+	})
 	in := k.integrator(t, rc, nil)
 	for i := range 5 {
 		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
 	}
-	waitFor(t, "requests in flight", func() bool { return len(rc.requests()) >= 2 })
+	// Two requests on the wire (PerIntegrator), the other rows claimed ahead.
+	for n := range 2 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d requests reached the receiver, want 2", n)
+		}
+	}
 	k.stop() // waits for in-flight attempts (bounded by the timeout), then releases
-	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaProcessando})
-	if page.Total != 0 {
-		t.Fatalf("%d deliveries still leased after shutdown", page.Total)
+	if n := k.inStatus(t, in.ID, app.EntregaProcessando); n != 0 {
+		t.Fatalf("%d deliveries still leased after shutdown", n)
+	}
+	// The attempts that were on the wire were recorded on the way out.
+	page, _ := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+	recorded := 0
+	for _, d := range page.Linhas {
+		recorded += d.Tentativas
+	}
+	if n := len(rc.requests()); recorded != n {
+		t.Fatalf("%d attempts recorded for %d requests", recorded, n)
 	}
 }
 
 // SPEC 6.4: a failing event does not hold the ones behind it, even in its
 // own aggregate; receivers reorder by sequence.
 func TestAFailingEventDoesNotHoldTheOnesBehindIt(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	var mu sync.Mutex
 	healthy := false
@@ -557,13 +753,17 @@ func TestAFailingEventDoesNotHoldTheOnesBehindIt(t *testing.T) {
 	})
 	in := k.integrator(t, rc, nil)
 	first := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "the first attempt", func() bool { return k.delivery(t, first.EventID, in.ID).Tentativas == 1 })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, first.EventID, in.ID); d.Tentativas != 1 {
+		t.Fatalf("the first attempt: %+v", d)
+	}
 	second := k.publish(t, "teste:a", "x:1", nil)
 	third := k.publish(t, "teste:a", "x:1", nil)
+	k.waitOutcomes(t, 2)
 	for _, ev := range []app.Event{second, third} {
-		waitFor(t, "a later event of the aggregate", func() bool {
-			return k.delivery(t, ev.EventID, in.ID).Status == app.EntregaEntregue
-		})
+		if d := k.delivery(t, ev.EventID, in.ID); d.Status != app.EntregaEntregue {
+			t.Fatalf("a later event of the aggregate: %+v", d)
+		}
 	}
 	if d := k.delivery(t, first.EventID, in.ID); d.Status != app.EntregaPendente || d.Tentativas != 1 {
 		t.Fatalf("the failing event: %+v", d)
@@ -573,7 +773,10 @@ func TestAFailingEventDoesNotHoldTheOnesBehindIt(t *testing.T) {
 	mu.Unlock()
 	k.clock.Add(2 * time.Minute) // past the default first step (1 min ± 10%)
 	k.dispatcher.Wake()
-	waitFor(t, "the first event, late", func() bool { return k.delivery(t, first.EventID, in.ID).Status == app.EntregaEntregue })
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, first.EventID, in.ID); d.Status != app.EntregaEntregue || d.Tentativas != 2 {
+		t.Fatalf("the first event, late: %+v", d)
+	}
 	var order []string
 	for _, r := range rc.requests() {
 		order = append(order, r.header.Get("X-Geohub-Sequencia"))
@@ -587,6 +790,7 @@ func TestAFailingEventDoesNotHoldTheOnesBehindIt(t *testing.T) {
 
 // SPEC 6.4: 1 min doubling up to 1 h, at most 10 attempts, with jitter.
 func TestTheDefaultBackoff(t *testing.T) {
+	t.Parallel()
 	m := time.Minute
 	want := []time.Duration{m, 2 * m, 4 * m, 8 * m, 16 * m, 32 * m, time.Hour, time.Hour, time.Hour}
 	if got := app.DefaultBackoff(); !slices.Equal(got, want) {
@@ -595,14 +799,16 @@ func TestTheDefaultBackoff(t *testing.T) {
 	// The jitter spreads each wait by ±10%: from 54 s to 66 s for the first.
 	for jitter, wait := range map[float64]time.Duration{0: 54 * time.Second, 1: 66 * time.Second} {
 		t.Run(fmt.Sprint("jitter ", jitter), func(t *testing.T) {
+			t.Parallel()
 			k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Jitter = func() float64 { return jitter } })
 			rc := newReceiver(t, func(int, *http.Request) int { return 503 })
 			in := k.integrator(t, rc, nil)
 			start := k.clock.Now()
 			ev := k.publish(t, "teste:a", "x:1", nil)
-			waitFor(t, "the first attempt", func() bool { return k.delivery(t, ev.EventID, in.ID).Tentativas == 1 })
-			if got := k.delivery(t, ev.EventID, in.ID).ProximaTentativa.Sub(start); got != wait {
-				t.Fatalf("next attempt %v after the first, want %v", got, wait)
+			k.waitOutcomes(t, 1)
+			d := k.delivery(t, ev.EventID, in.ID)
+			if got := d.ProximaTentativa.Sub(start); d.Tentativas != 1 || got != wait {
+				t.Fatalf("%d attempts, next %v after the first, want 1 and %v", d.Tentativas, got, wait)
 			}
 		})
 	}
@@ -613,6 +819,7 @@ func TestTheDefaultBackoff(t *testing.T) {
 // and, saying nothing of the receiver, never opens its breaker: the events
 // behind it go out at once.
 func TestAnUnsendableDeliveryIsDeadLetteredWithoutTrippingTheBreaker(t *testing.T) {
+	t.Parallel()
 	k := newOutboxKit(t)
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, nil)
@@ -628,16 +835,19 @@ func TestAnUnsendableDeliveryIsDeadLetteredWithoutTrippingTheBreaker(t *testing.
 		poisoned = append(poisoned, id)
 	}
 	k.dispatcher.Wake()
+	k.waitOutcomes(t, len(poisoned)) // one aggregate: one at a time, in order
 	for _, id := range poisoned {
-		waitFor(t, "the dead letter", func() bool { return k.delivery(t, id, in.ID).Status == app.EntregaFalhou })
-		if d := k.delivery(t, id, in.ID); d.Tentativas != 1 || !strings.Contains(d.UltimoErro, "cabeçalho HTTP") {
+		if d := k.delivery(t, id, in.ID); d.Status != app.EntregaFalhou || d.Tentativas != 1 ||
+			!strings.Contains(d.UltimoErro, "cabeçalho HTTP") {
 			t.Fatalf("unsendable row: %+v", d)
 		}
 	}
 	healthy := k.publish(t, "teste:a", "x:1", nil)
-	waitFor(t, "the next event, with no breaker in the way", func() bool {
-		return k.delivery(t, healthy.EventID, in.ID).Status == app.EntregaEntregue
-	})
+	k.waitOutcomes(t, 1)
+	if d := k.delivery(t, healthy.EventID, in.ID); d.Status != app.EntregaEntregue || d.Tentativas != 1 {
+		t.Fatalf("the next event, with no breaker in the way: %+v", d)
+	}
+	k.noCircuitChange(t)
 	if n := len(rc.requests()); n != 1 {
 		t.Fatalf("the receiver got %d requests; want only the healthy event's", n)
 	}
