@@ -259,6 +259,8 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
 		return Integrator{}, err
 	}
+	c := s.circuits.circuit(id, s.Now())
+	in.Circuito = &c
 	return in, s.Load(ctx)
 }
 
