@@ -273,6 +273,13 @@ func fuzzCheckAccepted(t *testing.T, schema *jsonschema.Schema, req app.PublishR
 	case req.Autoria != nil && (req.Autoria.ID == "" || len(req.Autoria.ID) > 255 ||
 		!slices.Contains([]string{"usuario", "integrador", "sistema"}, req.Autoria.Tipo)):
 		t.Fatalf("accepted autoria %+v", *req.Autoria)
+	case req.Autoria != nil && (stored.Autoria == nil || *stored.Autoria != *req.Autoria):
+		t.Fatalf("autoria %+v stored as %+v", *req.Autoria, *stored.Autoria)
+	case req.Autoria == nil && (stored.Autoria == nil || stored.Autoria.Tipo != "sistema" ||
+		stored.Autoria.ID != strings.TrimSpace(req.Origem)):
+		// SPEC 6.3: every envelope names its author; without one, the
+		// publishing system.
+		t.Fatalf("publish without autoria stored %+v, want sistema %q", stored.Autoria, strings.TrimSpace(req.Origem))
 	}
 	if req.Timestamp != "" {
 		ts, err := time.Parse(time.RFC3339Nano, req.Timestamp)
