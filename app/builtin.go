@@ -45,19 +45,41 @@ func BuiltinTypes() ([]TypeVersion, error) {
 // validated against it: it is returned in conflicts for the caller to
 // report, and the server still starts; the plugin refuses what the stored
 // schema refuses.
-func RegisterBuiltinTypes(ctx context.Context, r *Registry) (conflicts []string, err error) {
+//
+// The versions the built-in plugins publish (pluginFamilies) are protected
+// from then on: deprecating one would make every command fail (SetStatus
+// refuses it). One deprecated before this protection existed is made
+// active again and returned in reactivated.
+func RegisterBuiltinTypes(ctx context.Context, r *Registry) (conflicts, reactivated []string, err error) {
 	types, err := BuiltinTypes()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, tv := range types {
-		if _, _, err := r.Register(ctx, tv); ErrorCode(err) == EConflict {
-			conflicts = append(conflicts, tv.Tipo+"@"+tv.Versao)
-		} else if err != nil {
-			return conflicts, fmt.Errorf("register built-in type %s@%s: %w", tv.Tipo, tv.Versao, err)
+		key := tv.Tipo + "@" + tv.Versao
+		stored, _, err := r.Register(ctx, tv)
+		switch {
+		case ErrorCode(err) == EConflict:
+			conflicts = append(conflicts, key)
+			stored, err = r.version(tv.Tipo, tv.Versao)
+		case err != nil:
+			return conflicts, reactivated, fmt.Errorf("register built-in type %s: %w", key, err)
+		}
+		if err != nil {
+			return conflicts, reactivated, err
+		}
+		if !publishedByPlugin(tv.Tipo) {
+			continue // jornada:* come from outside; an admin may retire a version
+		}
+		r.protect(key)
+		if stored.Status == StatusDeprecado {
+			if _, err := r.SetStatus(ctx, tv.Tipo, tv.Versao, StatusAtivo); err != nil {
+				return conflicts, reactivated, fmt.Errorf("reactivate built-in type %s: %w", key, err)
+			}
+			reactivated = append(reactivated, key)
 		}
 	}
-	return conflicts, nil
+	return conflicts, reactivated, nil
 }
 
 // pluginFamilies are the event families only built-in plugins publish, and
@@ -66,6 +88,16 @@ func RegisterBuiltinTypes(ctx context.Context, r *Registry) (conflicts []string,
 // (and could claim or corrupt another integrator's ocorrência); an outcome
 // is the answer to a command, which only the command API gives.
 var pluginFamilies = []string{"ocorrencia:", "integracao:"}
+
+// publishedByPlugin says whether only a built-in plugin publishes tipo.
+func publishedByPlugin(tipo string) bool {
+	for _, f := range pluginFamilies {
+		if strings.HasPrefix(tipo, f) {
+			return true
+		}
+	}
+	return false
+}
 
 // CheckExternalPublish refuses what producers may not publish through the
 // API: the plugins' types and aggregates, and integrator authorship, which

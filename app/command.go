@@ -174,10 +174,7 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	stored, err := c.Publisher.PublishAll(ctx, events)
 	if err != nil {
 		if ErrorCode(err) == EInvalid {
-			// The handler built an event the registry refuses (a built-in
-			// type deprecated by an admin, say): the server's fault, not
-			// the caller's, and nothing was written.
-			return Outcome{}, &Error{Code: EInternal, Message: "erro interno", Err: err}
+			return Outcome{}, RegistryRefused(err)
 		}
 		return Outcome{}, err
 	}
@@ -213,4 +210,18 @@ func (c *Commands) digest(cmd Command) string {
 	fmt.Fprintf(m, "%s %s\n", cmd.Metodo, cmd.Rota)
 	m.Write(cmd.Body)
 	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
+}
+
+// RegistryRefused is the answer to a command whose plugin built an event the
+// registry refuses for reasons of its own state (a built-in version stored
+// with other content before an upgrade made it built in): not the caller's
+// fault, and nothing was written. It is 503 with what an operator must fix,
+// never a bare 500.
+func RegistryRefused(err error) error {
+	msg := "o registro de tipos recusa um evento que o plugin publica; um administrador precisa corrigir o registro"
+	var e *Error
+	if errors.As(err, &e) && e.Message != "" {
+		msg += ": " + e.Message
+	}
+	return &Error{Code: EUnavailable, Message: msg, Err: err}
 }

@@ -96,6 +96,7 @@ type Registry struct {
 	writeMu  sync.Mutex // serialises changes
 	mu       sync.RWMutex
 	versions map[string]*compiled // key tipo + "@" + versao
+	builtin  map[string]bool      // versions the built-in plugins publish: never deprecated
 }
 
 // NewRegistry loads every stored version and compiles it.
@@ -167,9 +168,14 @@ func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (
 	defer r.writeMu.Unlock()
 	r.mu.RLock()
 	c, ok := r.versions[tipo+"@"+versao]
+	builtin := r.builtin[tipo+"@"+versao]
 	r.mu.RUnlock()
 	if !ok {
 		return TypeVersion{}, Errorf(ENotFound, "tipo %s@%s não registrado", tipo, versao)
+	}
+	if builtin && status == StatusDeprecado {
+		return TypeVersion{}, Errorf(EConflict, "%s@%s é um tipo embutido: o plugin publica nele a cada comando, "+
+			"e deprecá-lo faria todos os comandos falharem", tipo, versao)
 	}
 	if err := r.store.SetTypeStatus(ctx, tipo, versao, status); err != nil {
 		return TypeVersion{}, err
@@ -180,6 +186,35 @@ func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (
 	r.versions[tipo+"@"+versao] = &next
 	r.mu.Unlock()
 	return next.TypeVersion, nil
+}
+
+// protect marks a version as a built-in plugin's (see RegisterBuiltinTypes).
+func (r *Registry) protect(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.builtin == nil {
+		r.builtin = map[string]bool{}
+	}
+	r.builtin[key] = true
+}
+
+// Builtin says whether a version is one the built-in plugins publish, which
+// cannot be deprecated.
+func (r *Registry) Builtin(tipo, versao string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.builtin[tipo+"@"+versao]
+}
+
+// version returns one stored version, or ENotFound.
+func (r *Registry) version(tipo, versao string) (TypeVersion, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c, ok := r.versions[tipo+"@"+versao]
+	if !ok {
+		return TypeVersion{}, Errorf(ENotFound, "tipo %s@%s não registrado", tipo, versao)
+	}
+	return c.TypeVersion, nil
 }
 
 // List returns every version, ordered by tipo then versao.

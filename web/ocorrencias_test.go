@@ -23,7 +23,7 @@ type cmdEnv struct {
 func cmdSetup(t *testing.T) *cmdEnv {
 	t.Helper()
 	env := apiSetup(t)
-	if _, err := app.RegisterBuiltinTypes(t.Context(), env.Registry); err != nil {
+	if _, _, err := app.RegisterBuiltinTypes(t.Context(), env.Registry); err != nil {
 		t.Fatal(err)
 	}
 	e := &cmdEnv{apiEnv: env}
@@ -347,12 +347,13 @@ func TestCommandsRefuseBadInput(t *testing.T) {
 		e.do(t, http.MethodPatch, "/api/integradores/"+e.B.ID, app.PapelAdmin, map[string]any{"ativo": false}).want(t, 200)
 		e.cmd(t, e.B.APIKey, uuid.NewString(), "/api/ocorrencias", ok).want(t, 403)
 	})
-	t.Run("a deprecated built-in type is the server's fault: 500, nothing recorded", func(t *testing.T) {
-		e.do(t, http.MethodPatch, "/api/registro/ocorrencia:registrada/1.0.0", app.PapelAdmin, map[string]any{"status": "deprecado"}).want(t, 200)
-		s := uuid.NewString()
-		e.cmd(t, a, s, "/api/ocorrencias", ok).want(t, 500)
-		e.do(t, http.MethodPatch, "/api/registro/ocorrencia:registrada/1.0.0", app.PapelAdmin, map[string]any{"status": "ativo"}).want(t, 200)
-		e.cmd(t, a, s, "/api/ocorrencias", ok).want(t, 201)
+	t.Run("a built-in type cannot be deprecated: 409 with the reason, commands go on", func(t *testing.T) {
+		res := e.do(t, http.MethodPatch, "/api/registro/ocorrencia:registrada/1.0.0", app.PapelAdmin,
+			map[string]any{"status": "deprecado"}).want(t, 409)
+		if !strings.Contains(string(res.Body), "tipo embutido") {
+			t.Fatalf("409 without the reason: %s", res.Body)
+		}
+		e.cmd(t, a, uuid.NewString(), "/api/ocorrencias", ok).want(t, 201)
 	})
 	t.Run("GET of a malformed id is not found", func(t *testing.T) {
 		e.doAuth(t, http.MethodGet, "/api/ocorrencias/nao-e-uuid", "Bearer "+a, nil).want(t, 404)
@@ -431,11 +432,35 @@ func TestBuiltinTypeConflictsAreReportedNotFatal(t *testing.T) {
 	env := apiSetup(t)
 	env.do(t, http.MethodPost, "/api/registro", app.PapelAdmin, map[string]any{"tipo": ocorrencia.TipoDespachada, "versao": "1.0.0",
 		"audiencia": "originador", "schema": map[string]any{"type": "object"}, "redacao": map[string]any{"manter": []string{""}}}).want(t, 201)
-	conflicts, err := app.RegisterBuiltinTypes(t.Context(), env.Registry)
+	conflicts, _, err := app.RegisterBuiltinTypes(t.Context(), env.Registry)
 	if err != nil || len(conflicts) != 1 || conflicts[0] != ocorrencia.TipoDespachada+"@1.0.0" {
 		t.Fatalf("conflicts %v, err %v", conflicts, err)
 	}
 	if _, err := env.Registry.Versions(ocorrencia.TipoRegistrada); err != nil {
 		t.Fatalf("the other built-in types were not registered: %v", err)
+	}
+}
+
+// A command whose event the registry refuses for its own state (a built-in
+// version an admin registered before an upgrade made it built in, with a
+// schema that refuses everything) is not the caller's fault and not a bare
+// 500: 503 saying what to fix, and nothing recorded.
+func TestARegistryThatRefusesThePluginIsNotA500(t *testing.T) {
+	env := apiSetup(t)
+	env.do(t, http.MethodPost, "/api/registro", app.PapelAdmin, map[string]any{"tipo": ocorrencia.TipoRegistrada, "versao": "1.0.0",
+		"audiencia": "originador", "schema": map[string]any{"not": map[string]any{}}, "redacao": map[string]any{"manter": []string{""}}}).want(t, 201)
+	if conflicts, _, err := app.RegisterBuiltinTypes(t.Context(), env.Registry); err != nil || len(conflicts) != 1 {
+		t.Fatalf("conflicts %v, err %v", conflicts, err)
+	}
+	e := &cmdEnv{apiEnv: env}
+	env.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin,
+		apiNewIntegrator("https://cad.exemplo.gov.br/geohub", "cad.exemplo.gov.br")).want(t, 201).decode(t, &e.A)
+	before := e.count(t)
+	res := e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "incendio"}).want(t, 503)
+	if !strings.Contains(string(res.Body), "registro de tipos") {
+		t.Fatalf("503 without what to fix: %s", res.Body)
+	}
+	if n := e.count(t) - before; n != 0 {
+		t.Fatalf("a refused command recorded %d events", n)
 	}
 }

@@ -206,9 +206,8 @@ func conflict(format string, args ...any) error {
 }
 
 // underPayload rewrites schema findings located under /payload to the
-// command body's own paths. A finding elsewhere (the type deprecated by an
-// admin, say) is not the caller's fault: it is an internal error, not a
-// refusal to record.
+// command body's own paths. A finding elsewhere (the registry's own state)
+// is not the caller's fault: see app.RegistryRefused.
 func underPayload(err error) error {
 	e, ok := err.(*app.Error)
 	if !ok || e.Code != app.EInvalid {
@@ -216,7 +215,7 @@ func underPayload(err error) error {
 	}
 	for i, d := range e.Details {
 		if !strings.HasPrefix(d.Caminho, "/payload/") {
-			return &app.Error{Code: app.EInternal, Message: "erro interno", Err: err}
+			return app.RegistryRefused(err)
 		}
 		e.Details[i].Caminho = strings.TrimPrefix(d.Caminho, "/payload")
 	}

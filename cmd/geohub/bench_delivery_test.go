@@ -492,7 +492,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
+	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
 		b.Fatal(err)
 	}
 	p := &app.Publisher{Log: db, Registry: reg, Integrators: integrators, RedactionKey: redact.DeriveKey(key),

@@ -404,6 +404,20 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	do(t, ctx, "reactivate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)),
 		chromedp.WaitVisible(css(`.versao-cabecalho .selo-ativo`)))
 	askedOnce(t, ctx, "Reativar jornada:iniciada@1.0.0?")
+
+	// A built-in plugin's type says why it cannot be deprecated, and a
+	// forged POST gets the reason, not a deprecated type.
+	do(t, ctx, "a built-in type", chromedp.Navigate(base+"/registro/ocorrencia:registrada"), chromedp.WaitVisible(css(`pre.json`)))
+	if n := count(t, ctx, `form[action$="/status"]`); n != 0 {
+		t.Fatalf("a built-in type offers %d status forms", n)
+	}
+	if !strings.Contains(text(t, ctx, `main`), "Tipo embutido") {
+		t.Fatal("the built-in type's page does not say why it cannot be deprecated")
+	}
+	res := postFromPage(t, ctx, "/registro/ocorrencia:registrada/1.0.0/status", map[string]string{"status": "deprecado"})
+	if res.Status != http.StatusConflict || !strings.Contains(res.Body, "tipo embutido") {
+		t.Fatalf("deprecating a built-in type answered %d: %.300s", res.Status, res.Body)
+	}
 }
 
 func TestConsoleOperadorLeitor(t *testing.T) {

@@ -182,13 +182,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conflicts, err := app.RegisterBuiltinTypes(ctx, registry)
+	conflicts, reactivated, err := app.RegisterBuiltinTypes(ctx, registry)
 	if err != nil {
 		return err
 	}
 	for _, c := range conflicts {
 		logger.Error("a built-in event type is registered with other content and keeps it; its plugin may refuse commands",
 			"tipo", c)
+	}
+	for _, tv := range reactivated {
+		logger.Warn("a built-in event type was deprecated, which made every command fail; it is active again", "tipo", tv)
 	}
 	auth := &app.Auth{Store: db, Now: time.Now}
 	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {

@@ -56,7 +56,8 @@ func (c *Console) registryType(w http.ResponseWriter, r *http.Request) {
 	}
 	// Newest first: it is the one publishers should be using.
 	slices.Reverse(versions)
-	c.render(w, r, http.StatusOK, registryTypePage(c.page(r, tipo, "registro"), tipo, versions))
+	builtin := func(versao string) bool { return c.Registry.Builtin(tipo, versao) }
+	c.render(w, r, http.StatusOK, registryTypePage(c.page(r, tipo, "registro"), tipo, versions, builtin))
 }
 
 func (c *Console) setTypeStatus(w http.ResponseWriter, r *http.Request) {

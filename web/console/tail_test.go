@@ -54,7 +54,7 @@ func newTailBench(t *testing.T) *tailBench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
+	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
 		t.Fatal(err)
 	}
 	key := make([]byte, 32)
