@@ -43,9 +43,14 @@ func DeriveCommandKey(master []byte) []byte {
 // maxEchoedBody bounds the command body an outcome carries back.
 const maxEchoedBody = 64 << 10
 
-// Command is one integrator request to act on the domain.
+// Command is one request to act on the domain, by an integrator or by an
+// operator (SPEC 7).
 type Command struct {
-	Integrador  string // the authenticated integrator's id
+	Integrador string // the authenticated integrator's id; "" for an operator
+	// Operador is the id of the operator's token or console account when
+	// an operator sends the command: its events have autoria usuario, and
+	// it may act on every ocorrência.
+	Operador    string
 	Solicitacao string // x-solicitacao-id: the idempotency key
 	Metodo      string
 	Rota        string // the request path, ids included
@@ -122,7 +127,12 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	cmd.Solicitacao = sol
 	digest := c.digest(cmd)
-	outcomeID := uuid.NewSHA1(outcomeNamespace, []byte(cmd.Integrador+"\n"+sol)).String()
+	autoria := cmd.autoria()
+	requester := cmd.Integrador
+	if autoria.Tipo != "integrador" {
+		requester = autoria.Tipo + ":" + autoria.ID // apart from every integrator's ids
+	}
+	outcomeID := uuid.NewSHA1(outcomeNamespace, []byte(requester+"\n"+sol)).String()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -163,7 +173,6 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	events = append(events, PublishRequest{EventID: outcomeID, Tipo: tipo, Origem: PluginIntegracao,
 		Agregado: "solicitacao:" + sol, Payload: payload})
-	autoria := &Autoria{ID: cmd.Integrador, Tipo: "integrador"}
 	ts := c.Now().UTC().Format(time.RFC3339Nano)
 	for i := range events {
 		events[i].Autoria = autoria
@@ -183,6 +192,16 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	o, err := recorded(stored[len(stored)-1].Event, digest)
 	o.Repeat = false
 	return o, err
+}
+
+// autoria is who the command's events name as their author: the integrator,
+// or the operator (usuario), whose events reach the ocorrência's originating
+// integrator as somebody else's act, not as its echo.
+func (cmd Command) autoria() *Autoria {
+	if cmd.Integrador == "" {
+		return &Autoria{ID: cmd.Operador, Tipo: "usuario"}
+	}
+	return &Autoria{ID: cmd.Integrador, Tipo: "integrador"}
 }
 
 // recorded turns a stored outcome event into the command's answer.

@@ -44,9 +44,11 @@ func (s *Server) integrator(r *http.Request) (app.Integrator, error) {
 }
 
 // command reads a command request and answers its outcome: the first one,
-// byte for byte, also when the x-solicitacao-id is a repeat.
+// byte for byte, also when the x-solicitacao-id is a repeat. An integrator
+// sends it with its API key; an operator with a token of papel admin or
+// operador (SPEC 7), and then its events name the token as a usuario.
 func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error)) http.Handler {
-	return s.integratorAuthed(func(w http.ResponseWriter, r *http.Request, in app.Integrator) {
+	handle := func(w http.ResponseWriter, r *http.Request, cmd app.Command) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			var maxErr *http.MaxBytesError
@@ -56,8 +58,8 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 			s.fail(w, r, err)
 			return
 		}
-		out, err := run(r.Context(), app.Command{Integrador: in.ID, Solicitacao: r.Header.Get("X-Solicitacao-Id"),
-			Metodo: r.Method, Rota: r.URL.Path, Body: body}, r)
+		cmd.Solicitacao, cmd.Metodo, cmd.Rota, cmd.Body = r.Header.Get("X-Solicitacao-Id"), r.Method, r.URL.Path, body
+		out, err := run(r.Context(), cmd, r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -65,7 +67,28 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		w.WriteHeader(out.Status)
 		w.Write(append(out.Body, '\n'))
+	}
+	byIntegrator := s.integratorAuthed(func(w http.ResponseWriter, r *http.Request, in app.Integrator) {
+		handle(w, r, app.Command{Integrador: in.ID})
 	})
+	byOperator := s.authed([]app.Papel{app.PapelAdmin, app.PapelOperador}, func(w http.ResponseWriter, r *http.Request) {
+		t, _ := tokenOf(r)
+		handle(w, r, app.Command{Operador: t.ID})
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isAPIKey(r) {
+			byIntegrator.ServeHTTP(w, r)
+			return
+		}
+		byOperator.ServeHTTP(w, r)
+	})
+}
+
+// isAPIKey says whether the request's bearer is an integrator's API key
+// rather than an operator token: their prefixes differ.
+func isAPIKey(r *http.Request) bool {
+	_, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	return strings.HasPrefix(strings.TrimSpace(key), app.APIKeyPrefix)
 }
 
 func (s *Server) registerOcorrencia(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
@@ -87,8 +110,7 @@ func (s *Server) setOcorrenciaStatus(ctx context.Context, cmd app.Command, r *ht
 // getOcorrencia answers the projection to its originator's API key, or to
 // an operator token of any reading role.
 func (s *Server) getOcorrencia(w http.ResponseWriter, r *http.Request) {
-	_, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.HasPrefix(strings.TrimSpace(key), app.APIKeyPrefix) {
+	if !isAPIKey(r) {
 		s.authed(readRoles, func(w http.ResponseWriter, r *http.Request) {
 			s.writeOcorrencia(w, r, "")
 		}).ServeHTTP(w, r)

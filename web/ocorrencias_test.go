@@ -298,7 +298,9 @@ func TestCommandsRefuseBadInput(t *testing.T) {
 		{"no x-solicitacao-id", a, "", ok, 400, "x-solicitacao-id", false},
 		{"a malformed x-solicitacao-id", a, "123", ok, 400, "x-solicitacao-id", false},
 		{"no API key", "", uuid.NewString(), ok, 401, "", false},
-		{"an operator token is not an API key", e.Tokens[app.PapelAdmin], uuid.NewString(), ok, 401, "", false},
+		{"a leitor token cannot command", e.Tokens[app.PapelLeitor], uuid.NewString(), ok, 403, "", false},
+		{"a produtor token cannot command", e.Tokens[app.PapelProdutor], uuid.NewString(), ok, 403, "", false},
+		{"an unknown token", "gh_nao-existe", uuid.NewString(), ok, 401, "", false},
 		{"a made-up API key", "gk_nao-existe", uuid.NewString(), ok, 401, "", false},
 		{"malformed JSON", a, uuid.NewString(), `{"natureza": `, 400, "", true},
 		{"an unknown field", a, uuid.NewString(), map[string]any{"natureza": "x", "prioridade": 1}, 422, "/prioridade", true},
@@ -463,4 +465,61 @@ func TestARegistryThatRefusesThePluginIsNotA500(t *testing.T) {
 	if n := e.count(t) - before; n != 0 {
 		t.Fatalf("a refused command recorded %d events", n)
 	}
+}
+
+// SPEC 7: an operator's token (admin or operador) sends the same commands.
+// Its events name the token as a usuario, and on a CAD's ocorrência they
+// reach that CAD as somebody else's act: not its echo. An ocorrência an
+// operator registers has no originating integrator and reaches no CAD.
+func TestOperatorsSendCommands(t *testing.T) {
+	e := cmdSetup(t)
+	var oc ocorrencia.Ocorrencia
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "incendio"}).want(t, 201).decode(t, &oc)
+	operador := e.Tokens[app.PapelOperador]
+	sol := uuid.NewString()
+	var desp struct {
+		Despacho ocorrencia.Despacho `json:"despacho"`
+	}
+	first := e.cmd(t, operador, sol, "/api/ocorrencias/"+oc.ID+"/despachos",
+		map[string]any{"recurso": map[string]any{"identificador": "UR-12"}}).want(t, 201)
+	first.decode(t, &desp)
+	// Idempotent as for an integrator.
+	if again := e.cmd(t, operador, sol, "/api/ocorrencias/"+oc.ID+"/despachos",
+		map[string]any{"recurso": map[string]any{"identificador": "UR-12"}}).want(t, 201); !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("a repeat answered %s, first %s", again.Body, first.Body)
+	}
+	evs := e.events(t, app.EventFilter{Tipo: ocorrencia.TipoDespachada})
+	if len(evs) != 1 || evs[0].Autoria == nil || evs[0].Autoria.Tipo != "usuario" || evs[0].Autoria.ID == "" {
+		t.Fatalf("an operator's despacho: %+v", evs)
+	}
+	// An admin token marks the arrival.
+	e.cmd(t, e.Tokens[app.PapelAdmin], uuid.NewString(), "/api/ocorrencias/"+oc.ID+"/despachos/"+desp.Despacho.ID+"/status",
+		map[string]any{"para": "no_local"}).want(t, 200)
+
+	// The CAD that registered it gets every one of them, and its own
+	// projection shows the operators' acts.
+	rows, _, err := e.DB.Deliveries(t.Context(), app.DeliveryFilter{Integrador: e.A.ID, Agregado: "ocorrencia:" + oc.ID, Limite: 50})
+	if err != nil || len(rows) != 4 { // registrada, despachada, despacho-mudou-status, mudou-status
+		t.Fatalf("deliveries to the originator: %d %v", len(rows), err)
+	}
+	var got ocorrencia.Ocorrencia
+	e.doAuth(t, http.MethodGet, "/api/ocorrencias/"+oc.ID, "Bearer "+e.A.APIKey, nil).want(t, 200).decode(t, &got)
+	if got.Status != ocorrencia.EmAtendimento || len(got.Despachos) != 1 || got.Despachos[0].Status != "no_local" {
+		t.Fatalf("the CAD's projection: %+v", got)
+	}
+	// The operators' outcomes go to no integrator.
+	if rows, _, _ := e.DB.Deliveries(t.Context(), app.DeliveryFilter{Agregado: "solicitacao:" + sol, Limite: 10}); len(rows) != 0 {
+		t.Fatalf("an operator's outcome was routed to %d integrators", len(rows))
+	}
+
+	// Registered by an operator: nobody's ocorrência.
+	var mine ocorrencia.Ocorrencia
+	e.cmd(t, operador, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "resgate"}).want(t, 201).decode(t, &mine)
+	if rows, _, _ := e.DB.Deliveries(t.Context(), app.DeliveryFilter{Agregado: "ocorrencia:" + mine.ID, Limite: 10}); len(rows) != 0 {
+		t.Fatalf("an operator's ocorrência was delivered to %d integrators", len(rows))
+	}
+	e.doAuth(t, http.MethodGet, "/api/ocorrencias/"+mine.ID, "Bearer "+e.A.APIKey, nil).want(t, 404)
+	e.doAuth(t, http.MethodGet, "/api/ocorrencias/"+mine.ID, "Bearer "+e.Tokens[app.PapelLeitor], nil).want(t, 200)
+	// And no CAD can act on it.
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias/"+mine.ID+"/status", map[string]any{"para": "encerrada"}).want(t, 404)
 }

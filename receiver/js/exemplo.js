@@ -19,7 +19,8 @@
  * Escreve uma linha por evento aplicado (tipo, agregado, sequência) e uma
  * por descarte (motivo). O que este CAD mesmo causou volta como eco e é
  * descartado (eco-proprio); o desfecho de cada comando (integracao:*) é
- * aplicado, e os jornada:* que o demo publica também.
+ * aplicado, e os jornada:* que o demo publica também; a chegada ao local,
+ * marcada no fim por um OPERADOR, não é eco e chega à projeção.
  *
  * Só usa node: — nenhuma dependência. Node.js 20 ou mais novo.
  */
@@ -119,6 +120,16 @@ async function main() {
   const despachoId = despachada.despacho?.id;
   console.log(`recurso UR-12 despachado (despacho ${despachoId ?? '?'})`);
 
+  // 5. Um OPERADOR (o token admin) marca a chegada ao local: não é eco deste
+  //    CAD (a autoria é usuario), e chega à projeção por despacho.
+  if (despachoId !== undefined) {
+    await api('POST', `/api/ocorrencias/${ocorrencia.id}/despachos/${despachoId}/status`, {
+      token: GEOHUB_TOKEN,
+      solicitacao: true,
+      corpo: { para: 'no_local' },
+    });
+    console.log('um operador marcou UR-12 no local');
+  }
   console.log('esperando eventos (Ctrl+C sai)');
 }
 
