@@ -243,7 +243,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			st.wantClaim = true
 		case <-timer.C:
 			st.wantClaim, st.paused = true, false
-			d.arm(timer, st, d.untilNext(ctx, st, true))
+			d.arm(timer, st, d.untilNext(ctx, st, true, d.Now()))
 		case <-stopping:
 			stopping = nil
 		case <-st.flush.C:
@@ -384,7 +384,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		// Fewer rows than asked: nothing more is due now, so sleep until the
 		// next retry comes due. In any case, wake when a circuit may probe.
 		due := rec.asked == 0 || len(rec.claimed) < rec.asked
-		if wait := d.untilNext(ctx, st, due); due || d.Now().Add(wait).Before(st.wakeAt) {
+		if wait := d.untilNext(ctx, st, due, rec.at); due || d.Now().Add(wait).Before(st.wakeAt) {
 			d.arm(timer, st, wait)
 		}
 	}
@@ -450,10 +450,11 @@ func (d *Dispatcher) arm(timer *time.Timer, st *dispatch, wait time.Duration) {
 }
 
 // untilNext is how long to sleep: until an open circuit lets its probe go
-// and, when due is set, until the next retry of an integrator with room
-// comes due; at most a sweep. Rows of integrators at their limit wait for
-// an outcome, which wakes the loop anyway.
-func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool) time.Duration {
+// and, when due is set, until the next row of an integrator with room comes
+// due after claimed, the time of the last claim; at most a sweep. Rows of
+// integrators at their limit wait for an outcome, which wakes the loop
+// anyway.
+func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool, claimed time.Time) time.Duration {
 	now := d.Now()
 	wait := d.Sweep
 	var claimable []string
@@ -468,10 +469,11 @@ func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool) time
 	if !due || len(claimable) == 0 {
 		return wait
 	}
-	// Rows due now that the claim left are waiting behind another row of
-	// their aggregate: on the wire (its outcome wakes the loop) or not due
-	// before a later time (which this finds). So only later rows count.
-	if next, ok, err := d.Store.NextDue(ctx, claimable, now); err == nil && ok {
+	// Rows that were due at the claim and that it left are waiting behind
+	// another row of their aggregate: on the wire (its outcome wakes the
+	// loop) or not due before a later time (which this finds). So only rows
+	// due after the claim count; one that came due since is due now.
+	if next, ok, err := d.Store.NextDue(ctx, claimable, claimed); err == nil && ok {
 		wait = min(wait, max(next.Sub(now), 10*time.Millisecond))
 	}
 	return wait
