@@ -23,8 +23,14 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t, ok := tokenOf(r); ok && req.Autoria == nil {
-		// SPEC 6.3: receivers read origem.autoria without a guard.
-		req.Autoria = &app.Autoria{Tipo: "sistema", ID: t.Nome}
+		// SPEC 6.3: receivers read origem.autoria without a guard. A name
+		// too long for autoria.id gives way to the token's id: the client
+		// sent no autoria, so it must not be refused for one.
+		id := t.Nome
+		if len(id) > 255 || strings.TrimSpace(id) == "" {
+			id = t.ID
+		}
+		req.Autoria = &app.Autoria{Tipo: "sistema", ID: id}
 	}
 	ev, created, err := s.Publisher.Publish(r.Context(), req)
 	if err != nil {
