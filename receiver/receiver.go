@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,7 @@ const (
 	MotivoRepetido           = "repetido"
 	MotivoEcoProprio         = "eco-proprio"
 	MotivoEsperaCheia        = "espera-cheia"
+	MotivoSemSegredo         = "sem-segredo"
 )
 
 // Autoria is who caused the event.
@@ -228,8 +230,13 @@ func (r *Receiver) receive(req *http.Request) int {
 	}
 
 	// Obligation 1: over the RAW body, before any parse; verifying later
-	// would prove the signature of something else.
-	if motivo := r.verify(h, body); motivo != "" {
+	// would prove the signature of something else. Without a secret yet
+	// (deliveries start right after the integrator is registered), 503: a
+	// 401 would dead-letter the delivery, a 503 is retried.
+	if motivo := r.verify(h, body); motivo == MotivoSemSegredo {
+		r.discard(h.Get(HeaderEventoID), motivo)
+		return http.StatusServiceUnavailable
+	} else if motivo != "" {
 		r.discard(h.Get(HeaderEventoID), motivo)
 		return http.StatusUnauthorized
 	}
@@ -275,7 +282,11 @@ func (r *Receiver) verify(h http.Header, body []byte) string {
 			}
 		}
 	}
-	for _, secret := range r.cfg.Secrets() {
+	secrets := r.cfg.Secrets()
+	if !slices.ContainsFunc(secrets, func(s []byte) bool { return len(s) > 0 }) {
+		return MotivoSemSegredo
+	}
+	for _, secret := range secrets {
 		if len(secret) == 0 {
 			continue
 		}

@@ -83,6 +83,7 @@ const MOTIVO = Object.freeze({
   ECO_PROPRIO: 'eco-proprio',
   ESPERA_CHEIA: 'espera-cheia',
   FALHA_AO_APLICAR: 'falha-ao-aplicar',
+  SEM_SEGREDO: 'sem-segredo',
 });
 
 /**
@@ -307,7 +308,9 @@ class Receptor {
    *   fechar), repetido ou eco. Responder erro ao repetido e ao eco faria o
    *   Geohub reenviar para sempre;
    * - `500` — `aoAplicar` falhou: o Geohub reenvia;
-   * - `503` — volte depois: espera do agregado cheia, ou o mesmo id em voo.
+   * - `503` — volte depois: espera do agregado cheia, o mesmo id em voo, ou
+   *   ainda sem segredo configurado (as entregas começam logo depois do
+   *   cadastro: um `401` agora viraria dead letter).
    *
    * Rejeita se o corpo não chegar inteiro (a conexão caiu no meio).
    *
@@ -322,6 +325,10 @@ class Receptor {
       return 413;
     }
 
+    if (this.#segredos.length === 0) {
+      this.#descartar(eventoIdDoCabecalho, MOTIVO.SEM_SEGREDO);
+      return 503;
+    }
     // Obrigação 1: sobre o corpo CRU e antes de qualquer parse; conferir
     // depois provaria a assinatura de outra coisa.
     const motivo = this.#conferirAssinatura(req, corpo);

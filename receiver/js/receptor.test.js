@@ -177,11 +177,11 @@ test('1: o atalho opcoes.segredo e a assinatura em maiúsculas também valem', a
   assert.equal((await enviar(corpo, { cabecalhos: c })).status, 204);
 });
 
-test('1: sem segredo configurado, tudo é 401', async (t) => {
+test('1: sem segredo configurado, 503 (o Geohub tenta de novo), não 401 (dead letter)', async (t) => {
   const { enviar } = await montar(t, { segredos: [] });
-  assert.equal((await enviar(umEnvelope())).status, 401);
+  assert.equal((await enviar(umEnvelope())).status, 503);
   const vazio = await montar(t, { segredos: [''] });
-  assert.equal((await vazio.enviar(umEnvelope(), { segredo: '' })).status, 401);
+  assert.equal((await vazio.enviar(umEnvelope(), { segredo: '' })).status, 503);
 });
 
 // ---- Limite do corpo e método. ----
