@@ -127,6 +127,19 @@ func TestBreakerMeasuresTheEndpoint(t *testing.T) {
 			t.Fatalf("circuit %+v", c)
 		}
 	})
+	t.Run("a failed probe reopens it, whatever the failure", func(t *testing.T) {
+		var b breaker
+		for i := range breakerThreshold {
+			b.record(int64(i%2), true, true, now) // refused: no HTTP answer
+		}
+		probe := now.Add(breakerCooldown)
+		if opened, _ := b.record(1, true, false, probe); !opened { // a 503 this time
+			t.Fatalf("a probe answered 503 left it %+v", b.circuit(probe))
+		}
+		if c := b.circuit(probe); c.Estado != CircuitoAberto {
+			t.Fatalf("circuit %+v", c)
+		}
+	})
 	t.Run("one event timing out", func(t *testing.T) {
 		var b breaker
 		opened := false

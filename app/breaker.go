@@ -66,16 +66,17 @@ func (b *breaker) record(row int64, failed, transport bool, now time.Time) (open
 	if len(b.events) < breakerThreshold && !containsRow(b.events, row) {
 		b.events = append(b.events, row)
 	}
-	if len(b.events) < breakerThreshold && b.transport < breakerThreshold {
+	switch {
+	case b.open && now.Before(b.openUntil):
+		return false, false // in flight when it opened
+	case b.open:
+		// The probe failed, whatever the failure: open again.
+	case len(b.events) < breakerThreshold && b.transport < breakerThreshold:
 		return false, false
-	}
-	if b.open && now.Before(b.openUntil) {
-		return false, false
-	}
-	// Opened now, or a probe failed: a longer cooldown each time.
-	if !b.open {
+	default:
 		b.since = now
 	}
+	// Opened now, or a probe failed: a longer cooldown each time.
 	b.open = true
 	b.cooldown = min(max(2*b.cooldown, breakerCooldown), breakerMaxCooldown)
 	b.openUntil = now.Add(b.cooldown)

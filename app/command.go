@@ -121,6 +121,9 @@ type motivo struct {
 // integracao:comando-recusado. Any other error (the database, a bug) is
 // returned without recording anything, so a retry runs the command again.
 func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (Outcome, error) {
+	if (cmd.Integrador == "") == (cmd.Operador == "") {
+		return Outcome{}, fmt.Errorf("a command needs exactly one requester, integrator %q or operator %q", cmd.Integrador, cmd.Operador)
+	}
 	sol, ok := canonicalUUID(cmd.Solicitacao)
 	if !ok {
 		return Outcome{}, Errorf(EMalformed, "cabeçalho x-solicitacao-id ausente ou inválido: use um UUID novo por comando")

@@ -205,12 +205,13 @@ func FuzzEnvelope(f *testing.F) {
 		}
 
 		// The receiver accepts exactly this body with this signature. An
-		// empty secret never verifies (the SDK skips it), and a body without
-		// id or tipo is not an envelope (400, after the signature passed).
+		// empty secret never verifies (the SDK skips it, and with no other
+		// answers 503: not configured yet), and a body without id or tipo is
+		// not an envelope (400, after the signature passed).
 		code, applied := fuzzEnvDeliver(t, secret, ts, body, sig)
 		switch {
 		case len(secret) == 0:
-			if code != http.StatusUnauthorized || applied != nil {
+			if code != http.StatusServiceUnavailable || applied != nil {
 				t.Fatalf("an empty secret verified: %d", code)
 			}
 		case got.ID == "" || got.Tipo == "":
@@ -238,11 +239,15 @@ func FuzzEnvelope(f *testing.F) {
 		if Sign(secret, ts, tampered) == sig {
 			t.Fatalf("flipping byte %d kept the signature", pos)
 		}
-		if code, applied := fuzzEnvDeliver(t, secret, ts, tampered, sig); code != http.StatusUnauthorized || applied != nil {
+		refused := http.StatusUnauthorized
+		if len(secret) == 0 {
+			refused = http.StatusServiceUnavailable // no secret configured yet
+		}
+		if code, applied := fuzzEnvDeliver(t, secret, ts, tampered, sig); code != refused || applied != nil {
 			t.Fatalf("a body with byte %d flipped answered %d (applied %v)", pos, code, applied != nil)
 		}
 		if ts < 1<<62 {
-			if code, applied := fuzzEnvDeliver(t, secret, ts+1, body, sig); code != http.StatusUnauthorized || applied != nil {
+			if code, applied := fuzzEnvDeliver(t, secret, ts+1, body, sig); code != refused || applied != nil {
 				t.Fatalf("the signature of %d passed for %d: %d", ts, ts+1, code)
 			}
 		}

@@ -76,6 +76,13 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 		handle(w, r, app.Command{Operador: t.ID})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " "); !strings.EqualFold(scheme, "Bearer") ||
+			strings.TrimSpace(secret) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores"`)
+			s.fail(w, r, app.Errorf(app.EUnauthorized,
+				"credencial ausente: use Authorization: Bearer <api_key> (integrador) ou Bearer <token> (operador)"))
+			return
+		}
 		if isAPIKey(r) {
 			byIntegrator.ServeHTTP(w, r)
 			return

@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -522,4 +523,21 @@ func TestOperatorsSendCommands(t *testing.T) {
 	e.doAuth(t, http.MethodGet, "/api/ocorrencias/"+mine.ID, "Bearer "+e.Tokens[app.PapelLeitor], nil).want(t, 200)
 	// And no CAD can act on it.
 	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias/"+mine.ID+"/status", map[string]any{"para": "encerrada"}).want(t, 404)
+
+	// The idempotency key is per requester: an integrator and two operator
+	// tokens may each use one x-solicitacao-id for commands of their own.
+	shared := uuid.NewString()
+	for i, key := range []string{e.A.APIKey, operador, e.Tokens[app.PapelAdmin]} {
+		res := e.cmd(t, key, shared, "/api/ocorrencias", map[string]any{"natureza": fmt.Sprintf("natureza-%d", i)}).want(t, 201)
+		var o ocorrencia.Ocorrencia
+		res.decode(t, &o)
+		if o.Natureza != fmt.Sprintf("natureza-%d", i) {
+			t.Fatalf("requester %d got another's outcome: %s", i, res.Body)
+		}
+	}
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "x"}).want(t, 201)
+	res := e.cmd(t, "", uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "x"}).want(t, 401)
+	if !strings.Contains(string(res.Body), "api_key") || !strings.Contains(string(res.Body), "token") {
+		t.Fatalf("401 without saying which credentials: %s", res.Body)
+	}
 }
