@@ -213,6 +213,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey)); err != nil {
 		return CreatedIntegrator{}, err
 	}
+	in.Circuito = &Circuit{Estado: CircuitoFechado}
 	return CreatedIntegrator{Integrator: in, Segredo: secret, APIKey: apiKey}, s.Load(ctx)
 }
 
