@@ -1,6 +1,7 @@
 package app
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -63,7 +64,7 @@ func (b *breaker) record(row int64, failed, transport bool, now time.Time) (open
 	} else {
 		b.transport = 0
 	}
-	if len(b.events) < breakerThreshold && !containsRow(b.events, row) {
+	if len(b.events) < breakerThreshold && !slices.Contains(b.events, row) {
 		b.events = append(b.events, row)
 	}
 	switch {
@@ -83,20 +84,12 @@ func (b *breaker) record(row int64, failed, transport bool, now time.Time) (open
 	return true, false
 }
 
-func containsRow(rows []int64, row int64) bool {
-	for _, r := range rows {
-		if r == row {
-			return true
-		}
-	}
-	return false
-}
-
 // limit is how many requests may be on the wire now: none while open
-// (reopen says until when), one probe once the cooldown ends, else max.
-func (b *breaker) limit(now time.Time, max int) (n int, probe bool, reopen time.Time) {
+// (reopen says until when), one probe once the cooldown ends, else
+// perIntegrator.
+func (b *breaker) limit(now time.Time, perIntegrator int) (n int, probe bool, reopen time.Time) {
 	if b == nil || !b.open {
-		return max, false, time.Time{}
+		return perIntegrator, false, time.Time{}
 	}
 	if now.Before(b.openUntil) {
 		return 0, false, b.openUntil
@@ -150,10 +143,10 @@ func (c *circuits) record(id string, row int64, failed, transport bool, now time
 	return opened, closed, failures
 }
 
-func (c *circuits) limit(id string, now time.Time, max int) (int, bool, time.Time) {
+func (c *circuits) limit(id string, now time.Time, perIntegrator int) (int, bool, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[id].limit(now, max)
+	return c.m[id].limit(now, perIntegrator)
 }
 
 func (c *circuits) circuit(id string, now time.Time) Circuit {
