@@ -28,7 +28,7 @@ type bundle struct {
 	registry  *app.Registry
 	pub       *app.Publisher
 	consumers *app.Consumers
-	audit     *app.Audit
+	audit     *app.Queries
 	clock     *fakeClock
 	cancel    context.CancelFunc
 }
@@ -84,7 +84,7 @@ func setup(t *testing.T, path string, subscribe func(*app.Consumers)) *bundle {
 	}
 	b := &bundle{db: db, registry: reg, consumers: cons, clock: clock, cancel: cancel,
 		pub:   &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now},
-		audit: &app.Audit{Log: db, Store: db}}
+		audit: &app.Queries{Log: db, Store: db}}
 	t.Cleanup(b.close)
 	return b
 }

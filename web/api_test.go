@@ -128,7 +128,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		Ocorrencias: &ocorrencia.Service{Publisher: publisher, Log: db,
 			Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(apiMasterKey), Now: clock.Now}},
 		Registry:  registry,
-		Audit:     &app.Audit{Log: db, Store: db},
+		Queries:   &app.Queries{Log: db, Store: db},
 		Consumers: consumers,
 		Auth:      auth,
 		Logger:    logger,

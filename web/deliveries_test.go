@@ -102,7 +102,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 			RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics},
 		Deliveries:  &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: clock.Now},
 		Registry:    registry,
-		Audit:       &app.Audit{Log: db, Store: db},
+		Queries:     &app.Queries{Log: db, Store: db},
 		Consumers:   consumers,
 		Auth:        auth,
 		Integrators: integrators,

@@ -51,7 +51,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	page, err := s.Audit.Events(r.Context(), f)
+	page, err := s.Queries.Events(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -106,7 +106,7 @@ func nonNegative(q url.Values, name string, bad *[]app.Detail) int64 {
 }
 
 func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
-	ev, err := s.Audit.Event(r.Context(), r.PathValue("eventId"))
+	ev, err := s.Queries.Event(r.Context(), r.PathValue("eventId"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -115,7 +115,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
-	page, err := s.Audit.Trace(r.Context(), r.PathValue("correlacaoId"))
+	page, err := s.Queries.Trace(r.Context(), r.PathValue("correlacaoId"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -152,7 +152,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	buf := make([]byte, 0, 64<<10)
 	n := 0
-	for ev, err := range s.Audit.Replay(r.Context(), after, tipos) {
+	for ev, err := range s.Queries.Replay(r.Context(), after, tipos) {
 		if err != nil {
 			if n == 0 {
 				s.fail(w, r, err)
@@ -181,7 +181,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
-	st, err := s.Audit.DLQ(r.Context())
+	st, err := s.Queries.DLQ(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return

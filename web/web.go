@@ -27,7 +27,7 @@ const MaxBodyBytes = 1 << 20
 type Server struct {
 	Publisher *app.Publisher
 	Registry  *app.Registry
-	Audit     *app.Audit
+	Queries   *app.Queries
 	Consumers *app.Consumers
 	Auth      *app.Auth
 	// Integrators is the cadastro of CAD systems.

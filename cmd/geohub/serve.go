@@ -299,11 +299,11 @@ func (m *Main) Run(ctx context.Context) error {
 		stopWorkers()
 		<-statsDone
 	}()
-	audit := &app.Audit{Log: db, Store: db}
+	queries := &app.Queries{Log: db, Store: db}
 	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
 	cons := &console.Console{
 		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
-		Audit:    audit, Deliveries: deliveries, Integrators: integrators, Registry: registry,
+		Queries:  queries, Deliveries: deliveries, Integrators: integrators, Registry: registry,
 		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
 		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db,
 	}
@@ -313,7 +313,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Ocorrencias: ocorrencias,
 		Deliveries:  deliveries,
 		Registry:    registry,
-		Audit:       audit,
+		Queries:     queries,
 		Consumers:   consumers,
 		Auth:        auth,
 		Integrators: integrators,

@@ -40,7 +40,7 @@ const (
 // Console serves the console's pages.
 type Console struct {
 	Sessions    *app.Sessions
-	Audit       *app.Audit
+	Queries     *app.Queries
 	Deliveries  *app.Deliveries
 	Integrators *app.Integrators
 	Registry    *app.Registry

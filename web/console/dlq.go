@@ -35,7 +35,7 @@ func (c *Console) dlq(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) showDLQ(w http.ResponseWriter, r *http.Request, status int, erro string) {
-	st, err := c.Audit.DLQ(r.Context())
+	st, err := c.Queries.DLQ(r.Context())
 	if err != nil {
 		c.fail(w, r, err)
 		return

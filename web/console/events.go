@@ -186,7 +186,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 	// Read the newest sequence before the list: an event committed between
 	// the two is either in the list or after De, so the tail shows it.
-	latest, err := c.Audit.Log.MaxSequence(ctx)
+	latest, err := c.Queries.Log.MaxSequence(ctx)
 	if err != nil {
 		c.fail(w, r, err)
 		return
@@ -198,7 +198,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	if l.filtered() {
 		count := f
 		count.Limite = 1
-		first, err := c.Audit.Events(ctx, count)
+		first, err := c.Queries.Events(ctx, count)
 		if err != nil {
 			c.fail(w, r, err)
 			return
@@ -211,7 +211,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		if !l.filtered() {
 			f.SequenceInicio, f.SequenceFim, f.Deslocamento = int64(off)+1, int64(off+n), 0
 		}
-		page, err := c.Audit.Events(ctx, f)
+		page, err := c.Queries.Events(ctx, f)
 		if err != nil {
 			c.fail(w, r, err)
 			return
@@ -244,9 +244,9 @@ func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
 	names := c.integratorNames(r.Context())
 	c.serveTail(w, r, tailSource{
 		changed: c.EventsChanged,
-		latest:  c.Audit.Log.MaxSequence,
+		latest:  c.Queries.Log.MaxSequence,
 		next: func(ctx context.Context, after int64) ([]tailLine, int64, bool, error) {
-			evs, err := c.Audit.Log.EventsAfter(ctx, after, tipos, tailBatch)
+			evs, err := c.Queries.Log.EventsAfter(ctx, after, tipos, tailBatch)
 			if err != nil {
 				return nil, after, false, err
 			}
@@ -272,13 +272,13 @@ type eventView struct {
 
 func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	ev, err := c.Audit.Event(ctx, r.PathValue("eventId"))
+	ev, err := c.Queries.Event(ctx, r.PathValue("eventId"))
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	v := eventView{Ev: ev, Payload: indentPayload(ev.Payload), Names: c.integratorNames(ctx)}
-	if v.Trace, err = c.Audit.Trace(ctx, ev.CorrelacaoID); err != nil {
+	if v.Trace, err = c.Queries.Trace(ctx, ev.CorrelacaoID); err != nil {
 		c.fail(w, r, err)
 		return
 	}

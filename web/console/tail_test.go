@@ -94,7 +94,7 @@ func newTailBench(t *testing.T) *tailBench {
 		Now: time.Now, Metrics: metrics}
 	b.sessions = &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)}
 	b.deliveries = &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
-	c := &console.Console{Sessions: b.sessions, Audit: &app.Audit{Log: db, Store: db}, Deliveries: b.deliveries,
+	c := &console.Console{Sessions: b.sessions, Queries: &app.Queries{Log: db, Store: db}, Deliveries: b.deliveries,
 		Integrators: b.integrators, Registry: reg, Consumers: consumers, Stats: &app.Stats{Store: db, Now: time.Now},
 		EventsChanged: b.events, AttemptsChanged: attempts, Attempts: db, Logger: logger, Now: time.Now}
 	b.srv = httptest.NewServer(c.Handler())

@@ -13,14 +13,14 @@ const (
 	ReplayBatches = 100
 )
 
-// Audit serves the read side of the log: queries, traces, replay, DLQ stats.
-type Audit struct {
+// Queries serves the read side of the log: queries, traces, replay, DLQ stats.
+type Queries struct {
 	Log   EventLog
 	Store ConsumerStore
 }
 
 // Events returns one page; limite defaults to 100 and is capped at 500.
-func (a *Audit) Events(ctx context.Context, f EventFilter) (Page[Event], error) {
+func (a *Queries) Events(ctx context.Context, f EventFilter) (Page[Event], error) {
 	f.Limite, f.Deslocamento = pageBounds(f.Limite, f.Deslocamento)
 	rows, total, err := a.Log.Events(ctx, f)
 	if err != nil {
@@ -39,7 +39,7 @@ func pageBounds(limite, deslocamento int) (int, int) {
 }
 
 // Event returns one record or ENotFound.
-func (a *Audit) Event(ctx context.Context, eventID string) (Event, error) {
+func (a *Queries) Event(ctx context.Context, eventID string) (Event, error) {
 	id, ok := canonicalUUID(eventID)
 	if !ok {
 		return Event{}, Errorf(ENotFound, "evento não encontrado")
@@ -52,7 +52,7 @@ func (a *Audit) Event(ctx context.Context, eventID string) (Event, error) {
 }
 
 // Trace returns the flow of one correlation id, in order, at most 500.
-func (a *Audit) Trace(ctx context.Context, correlacaoID string) (Page[Event], error) {
+func (a *Queries) Trace(ctx context.Context, correlacaoID string) (Page[Event], error) {
 	id, ok := canonicalUUID(correlacaoID)
 	if !ok {
 		return Page[Event]{}, &Error{Code: EInvalid, Message: "correlacao_id inválido",
@@ -65,7 +65,7 @@ func (a *Audit) Trace(ctx context.Context, correlacaoID string) (Page[Event], er
 // reading the log in batches of 1000 and stopping after 100 batches so one
 // request cannot pin a reader forever; the client continues from the last
 // sequence it got.
-func (a *Audit) Replay(ctx context.Context, after int64, tipos []string) iter.Seq2[Event, error] {
+func (a *Queries) Replay(ctx context.Context, after int64, tipos []string) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		for range ReplayBatches {
 			batch, err := a.Log.EventsAfter(ctx, after, tipos, ReplayBatch)
@@ -87,6 +87,6 @@ func (a *Audit) Replay(ctx context.Context, after int64, tipos []string) iter.Se
 }
 
 // DLQ returns counts of open entries per colonia and the latest 100 of them.
-func (a *Audit) DLQ(ctx context.Context) (DLQStats, error) {
+func (a *Queries) DLQ(ctx context.Context) (DLQStats, error) {
 	return a.Store.DLQStats(ctx, 100)
 }
