@@ -265,3 +265,47 @@ UPDATE outbox_corpo SET corpo = CAST(json_set(CAST(corpo AS TEXT), '$.origem',
     AND json_extract(CAST(corpo AS TEXT), '$.origem.plugin') IS NOT NULL
     AND json_extract(CAST(corpo AS TEXT), '$.origem.autoria') IS NULL
     AND outbox_id IN (SELECT id FROM outbox WHERE status <> 'entregue');
+
+-- migration: 9
+
+-- The ocorrências read model (SPEC 7), kept by the built-in consumer of
+-- colônia "ocorrencias" and read by GET /api/ocorrencias and the console.
+-- It is derived from the log: each row is the fold of its aggregate, so it
+-- can be rebuilt, and a row is only ever replaced by a fold that saw at
+-- least the same events (ultima_sequencia never goes back). The rowid is
+-- the sequence of the registration, so the newest-first keyset page is a
+-- range scan on the table itself and a row never moves between pages.
+CREATE TABLE ocorrencia (
+    registrada_seq   INTEGER PRIMARY KEY,
+    id               TEXT    NOT NULL,
+    natureza         TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    integrador_id    TEXT,             -- the originator; NULL when an operator registered it
+    registrada_em    INTEGER NOT NULL, -- unix milliseconds, UTC
+    atualizada_em    INTEGER NOT NULL,
+    versao           INTEGER NOT NULL, -- events folded
+    ultima_sequencia INTEGER NOT NULL  -- the last of them
+);
+CREATE UNIQUE INDEX ocorrencia_id_key          ON ocorrencia (id);
+CREATE INDEX ocorrencia_status_idx             ON ocorrencia (status, registrada_seq);
+CREATE INDEX ocorrencia_natureza_idx           ON ocorrencia (natureza, registrada_seq);
+CREATE INDEX ocorrencia_integrador_idx         ON ocorrencia (integrador_id, registrada_seq);
+CREATE INDEX ocorrencia_registrada_em_idx      ON ocorrencia (registrada_em);
+
+-- Each despacho of an ocorrência with its own status, in dispatch order.
+CREATE TABLE ocorrencia_despacho (
+    ocorrencia_seq INTEGER NOT NULL REFERENCES ocorrencia (registrada_seq),
+    ordem          INTEGER NOT NULL,
+    id             TEXT    NOT NULL,
+    recurso        TEXT    NOT NULL,
+    status         TEXT    NOT NULL,
+    PRIMARY KEY (ocorrencia_seq, ordem)
+) WITHOUT ROWID;
+
+-- The read model starts from the beginning of the log, not from its head
+-- as a new consumer would (SPEC 4.5): ocorrências registered before this
+-- version are folded in by the consumer's first catch-up.
+INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
+    SELECT 'ocorrencias', t.tipo, 0, CAST(strftime('%s', 'now') AS INTEGER) * 1000
+    FROM (SELECT 'ocorrencia:registrada' AS tipo UNION ALL SELECT 'ocorrencia:despachada'
+          UNION ALL SELECT 'ocorrencia:despacho-mudou-status' UNION ALL SELECT 'ocorrencia:mudou-status') t;
