@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 )
 
 // TestQueryPlans checks SPEC 11 ("every listed query is served by an index"):
@@ -71,6 +72,15 @@ func TestQueryPlans(t *testing.T) {
 				f.Limite = app.DefaultLimite
 			}
 			_, _, err := db.Events(ctx, f)
+			return err
+		}
+	}
+	ocorrencias := func(f ocorrencia.Filter) func() error {
+		return func() error {
+			if f.Limite == 0 {
+				f.Limite = app.DefaultLimite
+			}
+			_, err := db.Ocorrencias(ctx, f)
 			return err
 		}
 	}
@@ -136,6 +146,20 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Operators", run: func() error { _, err := db.Operators(ctx); return err }, unfiltered: true},
 		{name: "EventsPerMinute", run: func() error { _, err := db.EventsPerMinute(ctx, ts, ts.Add(time.Hour)); return err }},
 		{name: "DeliveryCounts", run: func() error { _, err := db.DeliveryCounts(ctx); return err }, unfiltered: true},
+		// The ocorrências read model (ocorrencias.go).
+		{name: "Ocorrencias no filter", run: ocorrencias(ocorrencia.Filter{}), unfiltered: true},
+		{name: "Ocorrencias antes", run: ocorrencias(ocorrencia.Filter{Antes: 100})},
+		{name: "Ocorrencias status", run: ocorrencias(ocorrencia.Filter{Status: ocorrencia.Aberta})},
+		{name: "Ocorrencias status antes", run: ocorrencias(ocorrencia.Filter{Status: ocorrencia.Aberta, Antes: 100})},
+		{name: "Ocorrencias natureza", run: ocorrencias(ocorrencia.Filter{Natureza: "natureza-1"})},
+		{name: "Ocorrencias integrador", run: ocorrencias(ocorrencia.Filter{Integrador: "int-1", Antes: 100})},
+		{name: "Ocorrencias period", run: ocorrencias(ocorrencia.Filter{Inicio: ts, Fim: ts.Add(time.Hour)})},
+		{name: "Ocorrencias every filter", run: ocorrencias(ocorrencia.Filter{Status: ocorrencia.Aberta, Natureza: "natureza-1",
+			Integrador: "int-1", Inicio: ts, Fim: ts.Add(time.Hour), Antes: 100})},
+		{name: "SaveOcorrencia stored (writer)", sql: `SELECT ultima_sequencia FROM ocorrencia WHERE registrada_seq = ?`,
+			file: "ocorrencias.go", args: []any{int64(10)}},
+		{name: "SaveOcorrencia despachos (writer)", sql: `DELETE FROM ocorrencia_despacho WHERE ocorrencia_seq = ?`,
+			file: "ocorrencias.go", args: []any{int64(10)}},
 		// Writer statements (events.go).
 		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
 			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},
@@ -305,6 +329,24 @@ func planSeed(t *testing.T, db *DB) planIDs {
 		go func() {
 			defer wg.Done()
 			if _, err := db.Append(ctx, []app.Pending{{Event: ev, Full: ev.Payload}}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	// Ocorrências in the read model, each with two despachos.
+	for i := range 300 {
+		s := ocorrencia.Summary{Ocorrencia: ocorrencia.Ocorrencia{ID: uuid.NewString(), Natureza: fmt.Sprintf("natureza-%d", i%4),
+			Status: []string{ocorrencia.Aberta, ocorrencia.EmAtendimento, ocorrencia.Encerrada}[i%3], Versao: 3},
+			Integrador: fmt.Sprintf("int-%d", i%5), RegistradaEm: base.Add(time.Duration(i) * time.Minute),
+			AtualizadaEm: base.Add(time.Duration(i) * time.Minute), Cursor: int64(i + 1), UltimaSequencia: int64(i + 2)}
+		for j := range 2 {
+			s.Despachos = append(s.Despachos, ocorrencia.Despacho{ID: uuid.NewString(), OcorrenciaID: s.ID,
+				Recurso: ocorrencia.Recurso{Identificador: fmt.Sprintf("UR-%d", j)}, Status: ocorrencia.EmDeslocamento})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := db.SaveOcorrencia(ctx, s); err != nil {
 				errs <- err
 			}
 		}()

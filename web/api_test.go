@@ -71,6 +71,10 @@ type apiEnv struct {
 
 	Integrators *app.Integrators
 	Registry    *app.Registry
+	Ocorrencias *ocorrencia.Service
+	// projectHook, when set, runs before each fold of the read model: a
+	// test makes the ocorrências consumer fail through it.
+	projectHook atomic.Pointer[func(context.Context, app.Event) error]
 }
 
 // apiSetup starts a fresh Geohub for one test. subscribe, when given,
@@ -96,7 +100,29 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		t.Fatal(err)
 	}
 	auth := &app.Auth{Store: db, Now: clock.Now}
+	sealer, err := app.NewSealer(apiMasterKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now,
+		Policy: app.CallbackPolicy{Resolver: apiResolver}}
+	if err := integrators.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
+		RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics}
+	env := &apiEnv{}
+	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db, ReadModel: db, Changed: &app.Notifier{},
+		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(apiMasterKey), Now: clock.Now},
+		BeforeProject: func(ctx context.Context, ev app.Event) error {
+			if hook := env.projectHook.Load(); hook != nil {
+				return (*hook)(ctx, ev)
+			}
+			return nil
+		}}
+
 	consumers := &app.Consumers{Log: db, Store: db, Now: clock.Now, Logger: logger, Metrics: metrics}
+	ocorrencias.Subscribe(consumers)
 	for _, s := range subscribe {
 		s(consumers)
 	}
@@ -110,36 +136,23 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 		t.Fatal(err)
 	}
 
-	sealer, err := app.NewSealer(apiMasterKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now,
-		Policy: app.CallbackPolicy{Resolver: apiResolver}}
-	if err := integrators.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-
-	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics}
 	srv := &web.Server{
 		Integrators: integrators,
 		Publisher:   publisher,
-		Ocorrencias: &ocorrencia.Service{Publisher: publisher, Log: db,
-			Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(apiMasterKey), Now: clock.Now}},
-		Registry:  registry,
-		Queries:   &app.Queries{Log: db, Store: db},
-		Consumers: consumers,
-		Auth:      auth,
-		Logger:    logger,
-		Gatherer:  reg,
-		Ready:     db.Writable,
+		Ocorrencias: ocorrencias,
+		Registry:    registry,
+		Queries:     &app.Queries{Log: db, Store: db},
+		Consumers:   consumers,
+		Auth:        auth,
+		Logger:      logger,
+		Gatherer:    reg,
+		Ready:       db.Writable,
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 
-	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
-		Integrators: integrators, Registry: registry}
+	*env = apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
+		Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias}
 	for _, p := range []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor} {
 		secret, _, err := auth.CreateToken(t.Context(), p, "teste-"+string(p))
 		if err != nil {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 )
 
 // integratorAuthed admits a request carrying an active integrator's API key:
@@ -112,6 +115,67 @@ func (s *Server) setDispatchStatus(ctx context.Context, cmd app.Command, r *http
 
 func (s *Server) setOcorrenciaStatus(ctx context.Context, cmd app.Command, r *http.Request) (app.Outcome, error) {
 	return s.Ocorrencias.SetStatus(ctx, cmd, r.PathValue("id"))
+}
+
+// listOcorrencias answers a page of the read model: to an operator token
+// of any reading role every ocorrência, to an integrator's API key only
+// those it registered (its integrador filter is its own id, whatever the
+// query says).
+func (s *Server) listOcorrencias(w http.ResponseWriter, r *http.Request) {
+	list := func(w http.ResponseWriter, r *http.Request, integrador string) {
+		f, err := parseOcorrenciaFilter(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if integrador != "" {
+			f.Integrador = integrador
+		}
+		page, err := s.Ocorrencias.List(r.Context(), f)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, page)
+	}
+	if !isAPIKey(r) {
+		s.authed(readRoles, func(w http.ResponseWriter, r *http.Request) { list(w, r, "") }).ServeHTTP(w, r)
+		return
+	}
+	in, err := s.integrator(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	list(w, r, in.ID)
+}
+
+// parseOcorrenciaFilter reads the query of GET /api/ocorrencias, naming
+// every bad parameter.
+func parseOcorrenciaFilter(r *http.Request) (ocorrencia.Filter, error) {
+	q := r.URL.Query()
+	if err := knownParams(q, "status", "natureza", "integrador", "registrada_inicio", "registrada_fim",
+		"antes", "limite"); err != nil {
+		return ocorrencia.Filter{}, err
+	}
+	f := ocorrencia.Filter{Status: q.Get("status"), Natureza: q.Get("natureza"), Integrador: q.Get("integrador")}
+	var bad []app.Detail
+	for name, dst := range map[string]*time.Time{"registrada_inicio": &f.Inicio, "registrada_fim": &f.Fim} {
+		if v := q.Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
+			}
+			*dst = t
+		}
+	}
+	f.Antes = nonNegative(q, "antes", &bad)
+	f.Limite = int(nonNegative(q, "limite", &bad))
+	if len(bad) > 0 {
+		slices.SortFunc(bad, func(a, b app.Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
+		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
+	}
+	return f, nil
 }
 
 // getOcorrencia answers the projection to its originator's API key, or to

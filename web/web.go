@@ -85,6 +85,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/ocorrencias/{id}/despachos", s.command(s.dispatch))
 	mux.Handle("POST /api/ocorrencias/{id}/despachos/{despachoId}/status", s.command(s.setDispatchStatus))
 	mux.Handle("POST /api/ocorrencias/{id}/status", s.command(s.setOcorrenciaStatus))
+	mux.HandleFunc("GET /api/ocorrencias", s.listOcorrencias)
 	mux.HandleFunc("GET /api/ocorrencias/{id}", s.getOcorrencia)
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {

@@ -1,20 +1,24 @@
 // Package ocorrencia is the built-in ocorrência plugin (SPEC 7): the command
 // handlers that register ocorrências, dispatch resources and move their
-// statuses, and the read projection of GET /api/ocorrencias/{id}.
+// statuses, the projection of GET /api/ocorrencias/{id} and the read model
+// of GET /api/ocorrencias.
 //
-// The log is the plugin's only state. The projection of an ocorrência is the
+// The log is the plugin's state. The projection of an ocorrência is the
 // fold of the events of its aggregate (ocorrencia:<id>), read on demand
 // through the read pool: commands run one at a time (app.Commands), so the
-// state a command checks is exactly the state its events follow from, and
-// there is no second copy that could disagree with the log. The log keeps
-// the redacted payloads, so the projection holds only what redaction keeps:
-// ids, natureza, statuses and resources, never descricao or endereco.
+// state a command checks is exactly the state its events follow from. The
+// list, which needs filters and paging over every ocorrência, reads a read
+// model instead (readmodel.go): a copy of those folds kept by an in-process
+// consumer, which may lag the log by a moment but never decides anything.
+// The log keeps the redacted payloads, so both hold only what redaction
+// keeps: ids, natureza, statuses and resources, never descricao or endereco.
 package ocorrencia
 
 import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -75,6 +79,10 @@ type Ocorrencia struct {
 	Despacho  *Despacho  `json:"despacho,omitempty"`
 
 	originador string // the integrator that registered it, "" when none did
+	// What the read model keeps beside the projection: the registration's
+	// sequence and time, and the last event folded.
+	registradaSeq, ultimaSeq   int64
+	registradaEm, atualizadaEm time.Time
 }
 
 // Originador is the integrator that registered the ocorrência.
@@ -133,15 +141,27 @@ func (o *Ocorrencia) apply(id string, ev app.Event) bool {
 	default:
 		return false
 	}
+	if ev.Tipo == TipoRegistrada {
+		o.registradaSeq, o.registradaEm = ev.Sequence, ev.Timestamp
+	}
+	o.ultimaSeq, o.atualizadaEm = ev.Sequence, ev.Timestamp
 	o.Versao++
 	return true
 }
 
-// Service is the plugin: command handlers and the projection.
+// Service is the plugin: command handlers, the projection and the read
+// model of the list.
 type Service struct {
 	Commands  *app.Commands
 	Publisher *app.Publisher // validates payloads before a command commits to them
 	Log       app.EventLog
+	ReadModel ReadModel
+	// Changed is notified after the read model took in new events: the
+	// console's live list wakes on it.
+	Changed *app.Notifier
+	// BeforeProject, when set, runs before each fold of the read model and
+	// its error fails it: how tests make the consumer fail for real.
+	BeforeProject func(ctx context.Context, ev app.Event) error
 }
 
 // pageSize is how many events of one aggregate a fold reads per query.

@@ -52,6 +52,9 @@ type Main struct {
 
 	// Subscribe, when set, registers in-process consumers before they start.
 	Subscribe func(*app.Consumers)
+	// BeforeProject, when set, runs before each fold of the ocorrências read
+	// model; its error fails the fold (tests inject consumer failures so).
+	BeforeProject func(ctx context.Context, ev app.Event) error
 }
 
 const masterKeyFile = "master.key"
@@ -214,7 +217,13 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 
+	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
+		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
+	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db, ReadModel: db, Changed: &app.Notifier{},
+		BeforeProject: m.BeforeProject,
+		Commands:      &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
 	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
+	ocorrencias.Subscribe(consumers)
 	if m.Subscribe != nil {
 		m.Subscribe(consumers)
 	}
@@ -285,10 +294,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return float64(n)
 	}))
 
-	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
-	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db,
-		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
 	stats := &app.Stats{Store: db, Now: time.Now}
 	statsDone := make(chan struct{})
 	go func() {

@@ -1,0 +1,132 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"geohub/app/ocorrencia"
+)
+
+// SaveOcorrencia implements ocorrencia.ReadModel: the row and its despachos
+// are replaced together, unless the stored row already folded a later
+// event (ultima_sequencia only grows).
+func (db *DB) SaveOcorrencia(ctx context.Context, s ocorrencia.Summary) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var stored int64
+		err := tx.QueryRow(`SELECT ultima_sequencia FROM ocorrencia WHERE registrada_seq = ?`, s.Cursor).Scan(&stored)
+		switch {
+		case err == sql.ErrNoRows:
+		case err != nil:
+			return fmt.Errorf("read ocorrência: %w", err)
+		case stored > s.UltimaSequencia:
+			return nil
+		}
+		var integrador any
+		if s.Integrador != "" {
+			integrador = s.Integrador
+		}
+		if _, err := tx.Exec(`INSERT INTO ocorrencia (registrada_seq, id, natureza, status, integrador_id,
+				registrada_em, atualizada_em, versao, ultima_sequencia) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (registrada_seq) DO UPDATE SET status = excluded.status,
+				atualizada_em = excluded.atualizada_em, versao = excluded.versao,
+				ultima_sequencia = excluded.ultima_sequencia`,
+			s.Cursor, s.ID, s.Natureza, s.Status, integrador, ms(s.RegistradaEm), ms(s.AtualizadaEm),
+			s.Versao, s.UltimaSequencia); err != nil {
+			return fmt.Errorf("save ocorrência: %w", err)
+		}
+		if _, err := tx.Exec(`DELETE FROM ocorrencia_despacho WHERE ocorrencia_seq = ?`, s.Cursor); err != nil {
+			return fmt.Errorf("save despachos: %w", err)
+		}
+		for i, d := range s.Despachos {
+			if _, err := tx.Exec(`INSERT INTO ocorrencia_despacho (ocorrencia_seq, ordem, id, recurso, status)
+				VALUES (?, ?, ?, ?, ?)`, s.Cursor, i, d.ID, d.Recurso.Identificador, d.Status); err != nil {
+				return fmt.Errorf("save despachos: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Ocorrencias implements ocorrencia.ReadModel: newest registration first,
+// by keyset on the rowid, and each row's despachos in one more query.
+func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.Antes > 0 {
+		add("registrada_seq < ?", f.Antes)
+	}
+	if f.Status != "" {
+		add("status = ?", f.Status)
+	}
+	if f.Natureza != "" {
+		add("natureza = ?", f.Natureza)
+	}
+	if f.Integrador != "" {
+		add("integrador_id = ?", f.Integrador)
+	}
+	if !f.Inicio.IsZero() {
+		add("registrada_em >= ?", ms(f.Inicio))
+	}
+	if !f.Fim.IsZero() {
+		add("registrada_em < ?", ms(f.Fim))
+	}
+	q := `SELECT registrada_seq, id, natureza, status, coalesce(integrador_id, ''), registrada_em,
+		atualizada_em, versao, ultima_sequencia FROM ocorrencia`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := db.read.QueryContext(ctx, q+" ORDER BY registrada_seq DESC LIMIT ?", append(args, f.Limite)...)
+	if err != nil {
+		return nil, fmt.Errorf("list ocorrências: %w", err)
+	}
+	defer rows.Close()
+	out := []ocorrencia.Summary{}
+	at := map[int64]int{}
+	for rows.Next() {
+		var s ocorrencia.Summary
+		var reg, upd int64
+		if err := rows.Scan(&s.Cursor, &s.ID, &s.Natureza, &s.Status, &s.Integrador, &reg, &upd,
+			&s.Versao, &s.UltimaSequencia); err != nil {
+			return nil, fmt.Errorf("list ocorrências: %w", err)
+		}
+		s.RegistradaEm, s.AtualizadaEm, s.Despachos = fromMS(reg), fromMS(upd), []ocorrencia.Despacho{}
+		at[s.Cursor] = len(out)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list ocorrências: %w", err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	// A filtered page's rows can lie far apart: name them, so the read is
+	// one seek per row rather than a scan of the range between.
+	seqs := make([]any, len(out))
+	for i, s := range out {
+		seqs[i] = s.Cursor
+	}
+	drows, err := db.read.QueryContext(ctx, `SELECT ocorrencia_seq, id, recurso, status FROM ocorrencia_despacho
+		WHERE ocorrencia_seq IN (?`+strings.Repeat(", ?", len(seqs)-1)+`) ORDER BY ocorrencia_seq, ordem`, seqs...)
+	if err != nil {
+		return nil, fmt.Errorf("list despachos: %w", err)
+	}
+	defer drows.Close()
+	for drows.Next() {
+		var seq int64
+		var d ocorrencia.Despacho
+		if err := drows.Scan(&seq, &d.ID, &d.Recurso.Identificador, &d.Status); err != nil {
+			return nil, fmt.Errorf("list despachos: %w", err)
+		}
+		if i, ok := at[seq]; ok {
+			d.OcorrenciaID = out[i].ID
+			out[i].Despachos = append(out[i].Despachos, d)
+		}
+	}
+	return out, drows.Err()
+}
