@@ -27,6 +27,10 @@ import (
 // names, and refuses every event whose id ends in 0, which the DLQ records.
 const consumerEnv = "GEOHUB_TEST_SERVE_WITH_CONSUMER"
 
+// readModelDelayEnv slows each fold of the ocorrências read model by the
+// duration it holds (see launch.readModelDelay).
+const readModelDelayEnv = "GEOHUB_TEST_READMODEL_DELAY"
+
 const (
 	auditColonia = "auditoria"
 	auditTipo    = "jornada:iniciada"
@@ -77,6 +81,16 @@ func serveWithConsumer(path string, args []string) int {
 	defer stop()
 	m := &Main{Config: cfg, Stdout: os.Stdout,
 		Subscribe: func(c *app.Consumers) { c.Subscribe(auditTipo, auditColonia, "registra", handle) }}
+	if delay, _ := time.ParseDuration(os.Getenv(readModelDelayEnv)); delay > 0 {
+		m.BeforeProject = func(ctx context.Context, ev app.Event) error {
+			select {
+			case <-time.After(delay):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "geohub:", err)
 		return 1

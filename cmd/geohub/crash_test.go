@@ -109,6 +109,9 @@ type launch struct {
 	// with an in-process consumer that appends what it handled there (see
 	// crash_consumer_test.go).
 	consumerLog string
+	// readModelDelay, with consumerLog, slows each fold of the ocorrências
+	// read model by this much, so that its consumer falls behind.
+	readModelDelay time.Duration
 }
 
 // child is one geohub process. exited is closed when it is gone; err is then
@@ -164,7 +167,7 @@ func (l launch) start(t *testing.T) *child {
 			t.Fatal(err)
 		}
 		cmd = exec.Command(self, args[1:]...)
-		env = append(env, consumerEnv+"="+l.consumerLog)
+		env = append(env, consumerEnv+"="+l.consumerLog, readModelDelayEnv+"="+l.readModelDelay.String())
 	case l.fsize > 0:
 		self, err := os.Executable()
 		if err != nil {
