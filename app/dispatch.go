@@ -367,6 +367,13 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		}
 		return
 	}
+	for _, r := range rec.batch {
+		// Committed: from now on only an operator's resend sends it again.
+		if r.Status == EntregaFalhou {
+			d.Logger.Warn("delivery dead-lettered", "entrega", r.ID, "integrador", r.Integrador,
+				"tentativa", r.Attempt.Tentativa, "motivo", r.UltimoErr)
+		}
+	}
 	if len(rec.batch) > 0 {
 		if d.OnRecorded != nil {
 			d.OnRecorded()

@@ -34,6 +34,25 @@ type outboxKit struct {
 	deliveries  *app.Deliveries
 	clock       *fakeClock
 	stop        func() // stops the dispatcher as a shutdown does
+	logs        *logBuffer
+}
+
+// logBuffer is the dispatcher's log, written from its goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func newOutboxKit(t *testing.T) *outboxKit { return newOutboxKitWith(t, nil) }
@@ -66,7 +85,8 @@ func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	sealer, _ := app.NewSealer(make([]byte, 32))
 	policy := app.CallbackPolicy{Insecure: true}
 	ins := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now, Policy: policy}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
 	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
 		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
 		AutoDisable: app.DefaultAutoDisable, Timeout: 300 * time.Millisecond}
@@ -82,7 +102,7 @@ func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	go func() { defer close(done); d.Run(runCtx) }()
 	stop := func() { cancel(); <-done }
 	t.Cleanup(func() { stop(); db.Close() })
-	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock, stop: sync.OnceFunc(stop),
+	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock, stop: sync.OnceFunc(stop), logs: logs,
 		deliveries: &app.Deliveries{Store: db, Dispatcher: d, Now: clock.Now},
 		pub:        &app.Publisher{Log: db, Registry: reg, Integrators: ins, RedactionKey: make([]byte, 32), Now: clock.Now}}
 }
@@ -315,6 +335,12 @@ func TestProtocolAnswersDeadLetterAtOnce(t *testing.T) {
 			}
 			if d := k.delivery(t, ev.EventID, in.ID); d.Tentativas != 1 || d.Status != app.EntregaFalhou || len(rc.requests()) != 2 {
 				t.Fatalf("a %d answer was retried: %+v, %d requests", code, d, len(rc.requests()))
+			}
+			// SPEC 10: each dead letter is one log line, naming the
+			// integrator and the reason.
+			if lines := strings.Count(k.logs.String(), `msg="delivery dead-lettered"`); lines != 2 ||
+				!strings.Contains(k.logs.String(), "integrador="+in.ID) {
+				t.Fatalf("%d dead-letter log lines for 2 dead letters:\n%s", lines, k.logs)
 			}
 		})
 	}

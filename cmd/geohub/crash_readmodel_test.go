@@ -229,3 +229,12 @@ func TestReadModelAfterKill9(t *testing.T) {
 	}
 	t.Logf("%d ocorrências, %d acknowledged; read model %d behind the log at the kills", len(rows), count(), behindAtKill.Load())
 }
+
+// SPEC 10: at start the server says where its console is.
+func TestServerPrintsTheConsoleURL(t *testing.T) {
+	srv := launch{data: t.TempDir()}.start(t)
+	srv.stop()
+	if want := "Console: http://" + srv.addr + "/"; !strings.Contains(srv.out.String(), want) {
+		t.Fatalf("the output lacks %q:\n%s", want, srv.out)
+	}
+}

@@ -345,9 +345,15 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	httpSrv.RegisterOnShutdown(cons.CloseTails) // Shutdown does not track hijacked connections
 	if cfg.InsecureCallbacks {
-		logger.Warn(strings.Repeat("!", 20) + " insecure callbacks (--insecure-callbacks, implied by --demo): http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
+		flag := "--insecure-callbacks"
+		if cfg.Demo {
+			flag = "--insecure-callbacks, implied by --demo"
+		}
+		logger.Warn(strings.Repeat("!", 20) + " insecure callbacks (" + flag + "): http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
 	}
 	logger.Info("geohub listening", "addr", m.Addr, "data", cfg.Data, "driver", store.DriverName, "demo", cfg.Demo)
+	// The one line a newcomer needs (SPEC 10): where the console is.
+	fmt.Fprintf(m.Stdout, "Console: %s/\n", loopbackURL(m.Addr))
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
 	if cfg.Demo {
