@@ -309,3 +309,10 @@ INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
     SELECT 'ocorrencias', t.tipo, 0, CAST(strftime('%s', 'now') AS INTEGER) * 1000
     FROM (SELECT 'ocorrencia:registrada' AS tipo UNION ALL SELECT 'ocorrencia:despachada'
           UNION ALL SELECT 'ocorrencia:despacho-mudou-status' UNION ALL SELECT 'ocorrencia:mudou-status') t;
+
+-- migration: 10
+
+-- Integrator health (SPEC 9): the end of the last delivered attempt, set
+-- with the outcomes of each batch, so that it survives a restart. Rates
+-- and latencies of the last hour are the dispatcher's, in memory.
+ALTER TABLE integrator ADD COLUMN ultimo_sucesso_em INTEGER;

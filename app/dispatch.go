@@ -368,6 +368,11 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		return
 	}
 	for _, r := range rec.batch {
+		if !r.Deferred && !r.Unsent {
+			end := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond)
+			d.Integrators.healths.record(r.Integrador, r.Status == EntregaEntregue, r.Attempt.StatusCode != 0,
+				r.Attempt.DuracaoMS, end)
+		}
 		// Committed: from now on only an operator's resend sends it again.
 		if r.Status == EntregaFalhou {
 			d.Logger.Warn("delivery dead-lettered", "entrega", r.ID, "integrador", r.Integrador,

@@ -30,11 +30,16 @@ type Integrator struct {
 	MotivoInativo   string   `json:"motivo_inativo,omitempty"`
 	// FalhandoDesde is the first failed attempt since the last success.
 	FalhandoDesde *time.Time `json:"falhando_desde,omitempty"`
+	// UltimoSucesso is the end of the last delivered attempt.
+	UltimoSucesso *time.Time `json:"ultimo_sucesso,omitempty"`
 	CriadoEm      time.Time  `json:"criado_em"`
 	AtualizadoEm  time.Time  `json:"atualizado_em"`
 	// Circuito is its circuit breaker now; not stored (the dispatcher keeps
 	// it in memory), filled in by Get and List.
 	Circuito *Circuit `json:"circuito,omitempty"`
+	// Saude is the last hour of its deliveries and its backlog, filled in
+	// by Get and List.
+	Saude *Health `json:"saude,omitempty"`
 }
 
 // NewIntegrator is the body of POST /api/integradores.
@@ -93,6 +98,9 @@ type IntegratorStore interface {
 	IntegratorSecrets(ctx context.Context, id string) (IntegratorSecrets, error)
 	IntegratorByAPIKey(ctx context.Context, hash string) (Integrator, error)
 	Integrator(ctx context.Context, id string) (Integrator, error)
+	// Backlogs counts the deliveries pending or in flight per integrator:
+	// of the ids given, or of every integrator without ids.
+	Backlogs(ctx context.Context, ids ...string) (map[string]int, error)
 }
 
 // SecretGrace is how long a rotated-out secret still signs deliveries.
@@ -116,6 +124,7 @@ type Integrators struct {
 
 	writeMu  sync.Mutex // serialises read-modify-write changes of the cadastro
 	circuits circuits   // each integrator's breaker, fed by the dispatcher
+	healths  healths    // each integrator's last hour, fed by the dispatcher
 	mu       sync.RWMutex
 	all      []Integrator
 	secrets  map[string]openSecrets // opened secrets, per integrator
@@ -138,6 +147,11 @@ func (s *Integrators) Load(ctx context.Context) error {
 	s.mu.Lock()
 	s.all = all
 	s.mu.Unlock()
+	s.healths.mu.Lock()
+	if s.healths.started.IsZero() {
+		s.healths.started = s.Now()
+	}
+	s.healths.mu.Unlock()
 	return nil
 }
 
@@ -145,15 +159,29 @@ func (s *Integrators) Load(ctx context.Context) error {
 // snapshot may lag on the failing period the dispatcher records).
 func (s *Integrators) List(ctx context.Context) ([]Integrator, error) {
 	all, err := s.Store.Integrators(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if all == nil {
 		all = []Integrator{}
 	}
-	now := s.Now()
-	for i := range all {
-		c := s.circuits.circuit(all[i].ID, now)
-		all[i].Circuito = &c
+	backlogs, err := s.Store.Backlogs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return all, err
+	for i := range all {
+		s.fillState(&all[i], backlogs[all[i].ID])
+	}
+	return all, nil
+}
+
+// fillState adds what is not stored: the circuit and the last hour.
+func (s *Integrators) fillState(in *Integrator, backlog int) {
+	now := s.Now()
+	c := s.circuits.circuit(in.ID, now)
+	h := s.healths.health(in.ID, now)
+	h.Pendentes = backlog
+	in.Circuito, in.Saude = &c, &h
 }
 
 // Get returns one integrator as stored now, or ENotFound.
@@ -162,11 +190,15 @@ func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
 	if err == ErrNotFound {
 		return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
 	}
-	if err == nil {
-		c := s.circuits.circuit(id, s.Now())
-		in.Circuito = &c
+	if err != nil {
+		return Integrator{}, err
 	}
-	return in, err
+	backlogs, err := s.Store.Backlogs(ctx, id)
+	if err != nil {
+		return Integrator{}, err
+	}
+	s.fillState(&in, backlogs[id])
+	return in, nil
 }
 
 // activeIDs lists the active integrators of the snapshot, in a stable order.
@@ -213,7 +245,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey)); err != nil {
 		return CreatedIntegrator{}, err
 	}
-	in.Circuito = &Circuit{Estado: CircuitoFechado}
+	s.fillState(&in, 0)
 	return CreatedIntegrator{Integrator: in, Segredo: secret, APIKey: apiKey}, s.Load(ctx)
 }
 

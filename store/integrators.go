@@ -6,20 +6,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"geohub/app"
 )
 
 const integratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
-	falhando_desde, criado_em, atualizado_em`
+	falhando_desde, ultimo_sucesso_em, criado_em, atualizado_em`
 
 func scanIntegrator(row scanner) (app.Integrator, error) {
 	var in app.Integrator
 	var hosts, eventos, backoff string
 	var criado, atualizado int64
-	var falhando sql.NullInt64
+	var falhando, sucesso sql.NullInt64
 	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
-		&falhando, &criado, &atualizado)
+		&falhando, &sucesso, &criado, &atualizado)
 	if errors.Is(err, sql.ErrNoRows) {
 		return in, app.ErrNotFound
 	}
@@ -27,6 +28,10 @@ func scanIntegrator(row scanner) (app.Integrator, error) {
 		return in, err
 	}
 	in.CriadoEm, in.AtualizadoEm = fromMS(criado), fromMS(atualizado)
+	if sucesso.Valid {
+		t := fromMS(sucesso.Int64)
+		in.UltimoSucesso = &t
+	}
 	if falhando.Valid {
 		t := fromMS(falhando.Int64)
 		in.FalhandoDesde = &t
@@ -79,6 +84,39 @@ func (db *DB) Integrators(ctx context.Context) ([]app.Integrator, error) {
 			return nil, err
 		}
 		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// Backlogs implements app.IntegratorStore: two counts over the partial
+// indexes of the live rows (pendente, processando), never the delivered
+// history.
+func (db *DB) Backlogs(ctx context.Context, ids ...string) (map[string]int, error) {
+	q := `SELECT integrador_id, count(*) FROM outbox INDEXED BY outbox_due_idx WHERE status = 'pendente' %s GROUP BY integrador_id
+		UNION ALL SELECT integrador_id, count(*) FROM outbox INDEXED BY outbox_inflight_idx WHERE status = 'processando' %s GROUP BY integrador_id`
+	var args []any
+	cond := ""
+	if len(ids) > 0 {
+		cond = "AND integrador_id IN (?" + strings.Repeat(", ?", len(ids)-1) + ")"
+		for range 2 {
+			for _, id := range ids {
+				args = append(args, id)
+			}
+		}
+	}
+	rows, err := db.read.QueryContext(ctx, fmt.Sprintf(q, cond, cond), args...)
+	if err != nil {
+		return nil, fmt.Errorf("count backlogs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("count backlogs: %w", err)
+		}
+		out[id] += n
 	}
 	return out, rows.Err()
 }

@@ -28,8 +28,8 @@ const (
 				WHERE id = ? AND worker = ? AND status = 'processando'`
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
 				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL
-					WHERE id = ? AND falhando_desde IS NOT NULL`
+	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL,
+					ultimo_sucesso_em = max(coalesce(ultimo_sucesso_em, 0), ?) WHERE id = ?`
 	markFailingSQL = `UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
 				WHERE id = ? RETURNING falhando_desde`
 )
@@ -155,6 +155,12 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	err := db.do(ctx, func(tx *wtx) error {
 		clear(failing)
 		cleared := map[string]bool{}
+		lastOK := map[string]int64{} // each integrator's latest success in the batch
+		for _, r := range results {
+			if !r.Deferred && r.Status == app.EntregaEntregue {
+				lastOK[r.Integrador] = max(lastOK[r.Integrador], ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)))
+			}
+		}
 		for _, r := range results {
 			if r.Deferred {
 				if _, err := tx.stmt(tx.stmts.deferRow).Exec(ms(r.Proxima), r.ID, r.Worker); err != nil {
@@ -188,7 +194,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 					continue // once per integrator and batch
 				}
 				cleared[r.Integrador] = true
-				if _, err := tx.stmt(tx.stmts.clearFailing).Exec(r.Integrador); err != nil {
+				if _, err := tx.stmt(tx.stmts.clearFailing).Exec(lastOK[r.Integrador], r.Integrador); err != nil {
 					return err
 				}
 				continue

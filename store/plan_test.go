@@ -140,6 +140,9 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Delivery by id", run: func() error { _, _, err := db.Delivery(ctx, 1); return err }},
 		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}, ts); return err }},
 		{name: "OutboxBacklog", run: func() error { _, err := db.OutboxBacklog(ctx); return err }},
+		// A scan of the partial indexes, which hold only the live rows.
+		{name: "Backlogs", run: func() error { _, err := db.Backlogs(ctx); return err }, unfiltered: true},
+		{name: "Backlogs one", run: func() error { _, err := db.Backlogs(ctx, "int-1"); return err }},
 		{name: "Integrator by API key", run: func() error { _, err := db.IntegratorByAPIKey(ctx, "hash"); return err }},
 		// The console.
 		{name: "SessionOperator", run: func() error { _, err := db.SessionOperator(ctx, "hash", ts); return err }},
