@@ -77,6 +77,54 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 	return n, err
 }
 
+// RetryResult is the answer of "Tentar agora" for an integrator.
+type RetryResult struct {
+	// Antecipadas counts the pending deliveries that were waiting for a
+	// later attempt and are due now.
+	Antecipadas int     `json:"antecipadas"`
+	Circuito    Circuit `json:"circuito"`
+}
+
+// RetryNow is an operator's "Tentar agora" for an integrator (SPEC 9): its
+// circuit closes and its pending deliveries are due now, in their order.
+// It is for a CAD that came back: without it, its queue keeps the backoff
+// slots it earned while down, up to an hour away.
+func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id string) (RetryResult, error) {
+	in, err := integrators.Get(ctx, id)
+	if err != nil {
+		return RetryResult{}, err
+	}
+	if !in.Ativo {
+		return RetryResult{}, Errorf(EConflict, "integrador inativo: reative-o (ou use Verificar) antes de tentar agora")
+	}
+	d := s.Dispatcher
+	d.init()
+	n, err := s.Store.DueNow(ctx, id, 0, s.Now())
+	if err != nil {
+		return RetryResult{}, err
+	}
+	d.trip(id, 0, false, false, d.Now()) // as a success: the circuit closes
+	d.Wake()
+	return RetryResult{Antecipadas: n, Circuito: integrators.circuits.circuit(id, d.Now())}, nil
+}
+
+// RetryDeliveryNow makes one pending delivery due now. An open circuit still
+// holds it until the circuit's probe: RetryNow closes the circuit.
+func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (DeliveryDetail, error) {
+	del, err := s.Get(ctx, id)
+	if err != nil {
+		return DeliveryDetail{}, err
+	}
+	if _, err := s.Store.DueNow(ctx, del.Integrador, id, s.Now()); err != nil {
+		if err == ErrNotFound {
+			err = Errorf(ENotFound, "entrega não encontrada")
+		}
+		return DeliveryDetail{}, err
+	}
+	s.Dispatcher.Wake()
+	return s.Get(ctx, id)
+}
+
 // Verify sends a signed integracao:verificacao ping straight to the
 // integrator (not through the outbox); a 2xx answer makes it active again.
 func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id string) (Attempt, error) {

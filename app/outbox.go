@@ -130,6 +130,9 @@ type OutboxStore interface {
 	// Resend puts dead letters back to pendente, same body and sequence.
 	Resend(ctx context.Context, id int64, now time.Time) error
 	ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error)
+	// DueNow makes pending rows due at now: the integrator's (id 0), or the
+	// one row id of it, which must be pendente (EConflict otherwise).
+	DueNow(ctx context.Context, integrador string, id int64, now time.Time) (int, error)
 }
 
 // sortedPayload re-encodes a decoded payload with its keys sorted, as the

@@ -392,6 +392,47 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	return int(n), err
 }
 
+// DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
+// not yet due.
+func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		if id > 0 {
+			var status string
+			err := tx.QueryRow(`SELECT status FROM outbox WHERE id = ? AND integrador_id = ?`, id, integrador).Scan(&status)
+			if errors.Is(err, sql.ErrNoRows) {
+				return app.ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			switch status {
+			case app.EntregaPendente:
+			case app.EntregaFalhou:
+				return app.Errorf(app.EConflict, "esta entrega falhou: use Reenviar para pô-la de volta na fila")
+			case app.EntregaProcessando:
+				return app.Errorf(app.EConflict, "esta entrega está sendo enviada agora")
+			default:
+				return app.Errorf(app.EConflict, "esta entrega já foi entregue")
+			}
+		}
+		q := `UPDATE outbox SET proxima_tentativa = ? WHERE integrador_id = ? AND status = 'pendente'
+			AND proxima_tentativa > ?`
+		args := []any{ms(now), integrador, ms(now)}
+		if id > 0 {
+			q += ` AND id = ?`
+			args = append(args, id)
+		}
+		res, err := tx.Exec(q, args...)
+		if err != nil {
+			return fmt.Errorf("make deliveries due: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
 // OutboxBacklog counts deliveries not yet finished (pendente or processando).
 func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
 	var n int64

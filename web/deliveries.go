@@ -91,3 +91,29 @@ func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
 	writeJSON(w, http.StatusOK, map[string]any{"verificado": ok, "tentativa": a})
 }
+
+// retryIntegrator is "Tentar agora" for an integrator: its circuit closes
+// and its pending deliveries are due now.
+func (s *Server) retryIntegrator(w http.ResponseWriter, r *http.Request) {
+	res, err := s.Deliveries.RetryNow(r.Context(), s.Integrators, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// retryDelivery is "Tentar agora" for one pending delivery.
+func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request) {
+	id, err := deliveryID(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d, err := s.Deliveries.RetryDeliveryNow(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}

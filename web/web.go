@@ -80,6 +80,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/entregas/{id}", s.authed(read, s.getDelivery))
 	mux.Handle("POST /api/entregas/{id}/reenviar", s.authed(operate, s.resendDelivery))
 	mux.Handle("POST /api/entregas/reenviar", s.authed(operate, s.resendDeliveries))
+	mux.Handle("POST /api/entregas/{id}/tentar-agora", s.authed(operate, s.retryDelivery))
+	mux.Handle("POST /api/integradores/{id}/tentar-agora", s.authed(operate, s.retryIntegrator))
 
 	mux.Handle("POST /api/ocorrencias", s.command(s.registerOcorrencia))
 	mux.Handle("POST /api/ocorrencias/{id}/despachos", s.command(s.dispatch))

@@ -1,0 +1,76 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"geohub/app"
+)
+
+// SPEC 9: after a CAD comes back, "Tentar agora" closes its circuit and
+// sends its queue now, in order, instead of at the backoff slots it earned
+// while down (the clock here never moves, so nothing else would send them).
+func TestRetryNowClosesTheCircuitAndSendsTheQueue(t *testing.T) {
+	t.Parallel()
+	k := newOutboxKit(t)
+	var healthy atomic.Bool
+	rc := newReceiver(t, func(int, *http.Request) int {
+		if healthy.Load() {
+			return 204
+		}
+		return 503
+	})
+	in := k.integrator(t, rc, nil)
+	for i := range 8 {
+		k.publish(t, "teste:a", fmt.Sprintf("x:%d", i), nil)
+	}
+	k.waitCircuit(t, in.ID, true)
+	k.recordedUntil(t, "nothing of the integrator on the wire", func() bool {
+		return k.inStatus(t, in.ID, app.EntregaProcessando) == 0
+	})
+
+	// One pending delivery: due now, but the open circuit still holds it.
+	page, err := k.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaPendente})
+	if err != nil || len(page.Linhas) == 0 {
+		t.Fatalf("pending deliveries: %+v %v", page, err)
+	}
+	one := page.Linhas[0]
+	if _, err := k.deliveries.RetryDeliveryNow(context.Background(), one.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.deliveries.RetryDeliveryNow(context.Background(), 1<<40); app.ErrorCode(err) != app.ENotFound {
+		t.Fatalf("an unknown delivery: %v", err)
+	}
+	before := len(rc.requests())
+
+	healthy.Store(true)
+	res, err := k.deliveries.RetryNow(context.Background(), k.integrators, in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Circuito.Estado != app.CircuitoFechado || res.Antecipadas == 0 {
+		t.Fatalf("Tentar agora: %+v", res)
+	}
+	k.waitCircuit(t, in.ID, false)
+	k.recordedUntil(t, "the whole queue delivered", func() bool {
+		return k.inStatus(t, in.ID, app.EntregaEntregue) == 8
+	})
+	if n := len(rc.requests()) - before; n > 8 {
+		t.Fatalf("%d requests after Tentar agora for 8 deliveries", n)
+	}
+	// A delivered row is not pending any more.
+	if _, err := k.deliveries.RetryDeliveryNow(context.Background(), one.ID); app.ErrorCode(err) != app.EConflict {
+		t.Fatalf("Tentar agora on a delivered row: %v", err)
+	}
+	// An inactive integrator is refused: reactivating is another decision.
+	off := false
+	if _, err := k.integrators.Update(context.Background(), in.ID, app.IntegratorPatch{Ativo: &off}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.deliveries.RetryNow(context.Background(), k.integrators, in.ID); app.ErrorCode(err) != app.EConflict {
+		t.Fatalf("Tentar agora on an inactive integrator: %v", err)
+	}
+}
