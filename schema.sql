@@ -316,3 +316,7 @@ INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
 -- with the outcomes of each batch, so that it survives a restart. Rates
 -- and latencies of the last hour are the dispatcher's, in memory.
 ALTER TABLE integrator ADD COLUMN ultimo_sucesso_em INTEGER;
+-- An integrator's deliveries page by id (keyset, SPEC 9): with the unique
+-- (integrador_id, event_id) index a page sorted every delivery the
+-- integrator ever had; this one ends in the rowid, so a page is a range.
+CREATE INDEX outbox_integrador_idx ON outbox (integrador_id);

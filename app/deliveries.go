@@ -27,7 +27,11 @@ func (s *Deliveries) List(ctx context.Context, f DeliveryFilter) (Page[Delivery]
 	if err != nil {
 		return Page[Delivery]{}, err
 	}
-	return Page[Delivery]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}, nil
+	p := Page[Delivery]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}
+	if len(rows) > 0 {
+		p.Proximo = nextCursor(len(rows), f.Limite, rows[len(rows)-1].ID, f.Desc)
+	}
+	return p, nil
 }
 
 // DeliveryDetail is one delivery with every attempt.

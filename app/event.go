@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -70,8 +71,10 @@ type EventFilter struct {
 	TimestampFim    time.Time
 	SequenceInicio  int64
 	SequenceFim     int64
-	Limite          int
-	Deslocamento    int
+	// Desc orders newest first (ordem=desc); the default is oldest first.
+	Desc         bool
+	Limite       int
+	Deslocamento int
 }
 
 // Page is one page of a query, in the wire shape of the audit routes.
@@ -80,6 +83,24 @@ type Page[T any] struct {
 	Total        int `json:"total"`
 	Limite       int `json:"limite"`
 	Deslocamento int `json:"deslocamento"`
+	// Proximo continues a full page by keyset, so that paging while rows
+	// arrive neither repeats nor skips one: pass it as sequence_inicio
+	// (events, oldest first) or sequence_fim (newest first), id_inicio or
+	// id_fim for deliveries, with the same filters and ordem.
+	Proximo string `json:"proximo,omitempty"`
+}
+
+// nextCursor is a full page's Proximo: one past its last key, in its order.
+func nextCursor(n, limite int, last int64, desc bool) string {
+	switch {
+	case n < limite || n == 0:
+		return ""
+	case desc && last <= 1:
+		return ""
+	case desc:
+		return strconv.FormatInt(last-1, 10)
+	}
+	return strconv.FormatInt(last+1, 10)
 }
 
 // Pending is one validated event on its way into the log.

@@ -100,6 +100,8 @@ type Quota struct {
 // DeliveryFilter selects deliveries for GET /api/entregas.
 type DeliveryFilter struct {
 	Integrador, Status, Tipo, Agregado, EventID string
+	IDInicio, IDFim                             int64 // an id range, both ends included
+	Desc                                        bool  // newest first
 	Limite, Deslocamento                        int
 }
 

@@ -26,7 +26,11 @@ func (a *Queries) Events(ctx context.Context, f EventFilter) (Page[Event], error
 	if err != nil {
 		return Page[Event]{}, err
 	}
-	return Page[Event]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}, nil
+	p := Page[Event]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}
+	if len(rows) > 0 {
+		p.Proximo = nextCursor(len(rows), f.Limite, rows[len(rows)-1].Sequence, f.Desc)
+	}
+	return p, nil
 }
 
 // pageBounds applies the paging rules of every list: limite defaults to 100

@@ -239,8 +239,12 @@ func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, 
 	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log"+cond, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count events: %w", err)
 	}
+	order := " ORDER BY sequence_number"
+	if f.Desc {
+		order += " DESC"
+	}
 	rows, err := db.read.QueryContext(ctx, "SELECT "+eventColumns+" FROM event_log"+cond+
-		" ORDER BY sequence_number LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
+		order+" LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("query events: %w", err)
 	}

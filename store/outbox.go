@@ -301,6 +301,14 @@ func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Deliv
 			args = append(args, c.v)
 		}
 	}
+	if f.IDInicio > 0 {
+		where = append(where, "id >= ?")
+		args = append(args, f.IDInicio)
+	}
+	if f.IDFim > 0 {
+		where = append(where, "id <= ?")
+		args = append(args, f.IDFim)
+	}
 	cond := ""
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
@@ -309,8 +317,12 @@ func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Deliv
 	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM outbox"+cond, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count deliveries: %w", err)
 	}
+	order := " ORDER BY id"
+	if f.Desc {
+		order += " DESC"
+	}
 	rows, err := db.read.QueryContext(ctx, "SELECT "+deliveryColumns+" FROM outbox"+cond+
-		" ORDER BY id LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
+		order+" LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("query deliveries: %w", err)
 	}

@@ -114,6 +114,9 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Events every filter", run: events(app.EventFilter{Tipo: "plano:a", Origem: "origem-1", CorrelacaoID: ids.correlacao,
 			Agregado: "ocorrencia:7", TimestampInicio: ts, TimestampFim: ts.Add(time.Hour), SequenceInicio: 1, SequenceFim: 50,
 			Limite: 100, Deslocamento: 100})},
+		{name: "Events newest first", run: events(app.EventFilter{Desc: true}), unfiltered: true},
+		{name: "Events newest first sequence_fim", run: events(app.EventFilter{Desc: true, SequenceFim: 1500})},
+		{name: "Events tipo newest first sequence_fim", run: events(app.EventFilter{Tipo: "plano:a", Desc: true, SequenceFim: 1500})},
 		{name: "EventsAfter", run: func() error { _, err := db.EventsAfter(ctx, 5, nil, app.ReplayBatch); return err }},
 		{name: "EventsAfter one tipo", run: func() error {
 			_, err := db.EventsAfter(ctx, 5, []string{"plano:a"}, app.ReplayBatch)
@@ -136,6 +139,9 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Deliveries integrador status", run: deliveries(app.DeliveryFilter{Integrador: "int-1", Status: app.EntregaFalhou})},
 		{name: "Deliveries tipo", run: deliveries(app.DeliveryFilter{Tipo: "plano:a"})},
 		{name: "Deliveries agregado", run: deliveries(app.DeliveryFilter{Agregado: "ocorrencia:7"})},
+		{name: "Deliveries newest first id_fim", run: deliveries(app.DeliveryFilter{Desc: true, IDFim: 100})},
+		{name: "Deliveries integrador newest first id_fim", run: deliveries(app.DeliveryFilter{Integrador: "int-1", Desc: true, IDFim: 100})},
+		{name: "Deliveries integrador id_inicio", run: deliveries(app.DeliveryFilter{Integrador: "int-1", IDInicio: 100})},
 		{name: "Deliveries event_id", run: deliveries(app.DeliveryFilter{EventID: ids.event})},
 		{name: "Delivery by id", run: func() error { _, _, err := db.Delivery(ctx, 1); return err }},
 		{name: "NextDue", run: func() error { _, _, err := db.NextDue(ctx, []string{"int-1"}, ts); return err }},

@@ -9,7 +9,8 @@ import (
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if err := knownParams(q, "integrador", "status", "tipo", "agregado", "event_id", "limite", "deslocamento"); err != nil {
+	if err := knownParams(q, "integrador", "status", "tipo", "agregado", "event_id", "id_inicio", "id_fim", "ordem",
+		"limite", "deslocamento"); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -18,6 +19,9 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	var bad []app.Detail
 	f.Limite = int(nonNegative(q, "limite", &bad))
 	f.Deslocamento = int(nonNegative(q, "deslocamento", &bad))
+	f.IDInicio = nonNegative(q, "id_inicio", &bad)
+	f.IDFim = nonNegative(q, "id_fim", &bad)
+	f.Desc = descending(q, &bad)
 	if len(bad) > 0 {
 		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
 		return

@@ -63,7 +63,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 func parseFilter(r *http.Request) (app.EventFilter, error) {
 	q := r.URL.Query()
 	if err := knownParams(q, "tipo", "origem", "correlacao_id", "agregado", "timestamp_inicio", "timestamp_fim",
-		"sequence_inicio", "sequence_fim", "limite", "deslocamento"); err != nil {
+		"sequence_inicio", "sequence_fim", "ordem", "limite", "deslocamento"); err != nil {
 		return app.EventFilter{}, err
 	}
 	f := app.EventFilter{Tipo: q.Get("tipo"), Origem: q.Get("origem"),
@@ -82,12 +82,25 @@ func parseFilter(r *http.Request) (app.EventFilter, error) {
 	f.Deslocamento = int(nonNegative(q, "deslocamento", &bad))
 	f.SequenceInicio = nonNegative(q, "sequence_inicio", &bad)
 	f.SequenceFim = nonNegative(q, "sequence_fim", &bad)
+	f.Desc = descending(q, &bad)
 	timeParam("timestamp_inicio", &f.TimestampInicio)
 	timeParam("timestamp_fim", &f.TimestampFim)
 	if len(bad) > 0 {
 		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
 	}
 	return f, nil
+}
+
+// descending reads ordem: asc (the default) or desc.
+func descending(q url.Values, bad *[]app.Detail) bool {
+	switch q.Get("ordem") {
+	case "", "asc":
+		return false
+	case "desc":
+		return true
+	}
+	*bad = append(*bad, app.Detail{Caminho: "/ordem", Mensagem: "deve ser asc ou desc"})
+	return false
 }
 
 // nonNegative reads an optional non-negative integer query parameter; a
