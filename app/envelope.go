@@ -28,7 +28,9 @@ type envelopeOrigem struct {
 	Versao      string   `json:"versao"`
 }
 
-// EnvelopeTime is the envelope's ocorridoEm layout: UTC, milliseconds.
+// EnvelopeTime is the layout of every timestamp Geohub writes, in the
+// envelope (ocorridoEm) and the API: UTC, always milliseconds, so that the
+// strings sort as the instants do. The store keeps milliseconds.
 const EnvelopeTime = "2006-01-02T15:04:05.000Z"
 
 // buildEnvelope encodes ev with payload (the full one, keys sorted).

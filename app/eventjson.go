@@ -61,7 +61,7 @@ func (e Event) AppendJSON(b []byte) []byte {
 
 func appendJSONTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = t.UTC().AppendFormat(b, EnvelopeTime)
 	return append(b, '"')
 }
 

@@ -5,7 +5,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	json2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -198,10 +200,18 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	json2.MarshalWrite(w, v, apiJSON)
+	w.Write([]byte{'\n'})
 }
+
+// apiJSON is encoding/json's behaviour (v1 options) with one change: every
+// time.Time is written in app.EnvelopeTime, milliseconds always, where
+// encoding/json trims trailing zeros ("04.1Z" beside "04.123Z") and keeps
+// the nanoseconds of times that never went through the store.
+var apiJSON = json2.JoinOptions(jsonv1.DefaultOptionsV1(), jsontext.EscapeForHTML(false),
+	json2.WithMarshalers(json2.MarshalToFunc(func(enc *jsontext.Encoder, t time.Time) error {
+		return enc.WriteToken(jsontext.String(t.UTC().Format(app.EnvelopeTime)))
+	})))
 
 // writeEvent writes one record with its hand-written encoder: json.Encoder
 // would re-scan a Marshaler's output to validate and compact it.

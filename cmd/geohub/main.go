@@ -22,6 +22,7 @@ Commands:
   geohub backup  --out FILE [--data DIR]
   geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
   geohub simulador --geohub URL --api-key K --secret S --integrador ID [--listen HOST:PORT]
+  geohub simulador --registrar [--geohub URL] [--listen HOST:PORT]   (admin token in GEOHUB_TOKEN)
 
 Run "geohub <command> --help" for the flags of each command and the
 environment variable each flag reads.

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"geohub/app"
 	"geohub/receiver/simulator"
 )
 
@@ -26,6 +30,7 @@ func simulatorCmd(ctx context.Context, args []string) error {
 	self := fs.String("integrador", envOr("GEOHUB_INTEGRADOR", ""), "the integrator's id, to discard its own echo (env GEOHUB_INTEGRADOR)")
 	listen := fs.String("listen", envOr("GEOHUB_SIMULADOR_ADDR", "127.0.0.1:9090"), "webhook listen address (env GEOHUB_SIMULADOR_ADDR)")
 	interval := fs.String("intervalo", envOr("GEOHUB_SIMULADOR_INTERVALO", "8s"), "time between two new ocorrências (env GEOHUB_SIMULADOR_INTERVALO)")
+	register := fs.Bool("registrar", false, "register the simulator as a new integrator first, with an admin token in GEOHUB_TOKEN (it prints the new API key)")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
@@ -33,10 +38,21 @@ func simulatorCmd(ctx context.Context, args []string) error {
 	if err != nil || every <= 0 {
 		return fmt.Errorf("--intervalo: a positive duration such as 8s")
 	}
-	if *key == "" || *secret == "" || *self == "" {
-		return fmt.Errorf("--api-key, --secret and --integrador are required: they come from POST /api/integradores")
-	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *register {
+		// The copy-paste path (README): an admin token registers the
+		// simulator as a new integrator on its own --listen address.
+		created, err := registerSimulator(ctx, *base, os.Getenv("GEOHUB_TOKEN"), *listen)
+		if err != nil {
+			return err
+		}
+		*key, *secret, *self = created.APIKey, created.Segredo, created.ID
+		fmt.Fprintf(os.Stdout, "Integrador %s registrado. Guarde a chave de API (mostrada só agora):\nGEOHUB_API_KEY=%s\n",
+			created.ID, created.APIKey)
+	}
+	if *key == "" || *secret == "" || *self == "" {
+		return fmt.Errorf("--api-key, --secret and --integrador are required (they come from POST /api/integradores), or --registrar with GEOHUB_TOKEN")
+	}
 	cad := simulator.New(simulator.Config{BaseURL: *base, APIKey: *key, Secret: []byte(*secret), Self: *self, Logger: logger})
 	mux := http.NewServeMux()
 	mux.Handle("POST /geohub/eventos", cad.Handler())
@@ -66,4 +82,39 @@ func simulatorCmd(ctx context.Context, args []string) error {
 		return nil
 	}
 	return runErr
+}
+
+// registerSimulator creates an integrator whose callback is the simulator's
+// own listener, as POST /api/integradores does for anyone.
+func registerSimulator(ctx context.Context, base, token, listen string) (app.CreatedIntegrator, error) {
+	if token == "" {
+		return app.CreatedIntegrator{}, fmt.Errorf("--registrar needs an admin token in GEOHUB_TOKEN")
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return app.CreatedIntegrator{}, fmt.Errorf("--listen: %w", err)
+	}
+	body, _ := json.Marshal(app.NewIntegrator{Nome: "CAD simulado " + listen,
+		CallbackURL: "http://" + listen + "/geohub/eventos", HostsPermitidos: []string{host}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/api/integradores",
+		bytes.NewReader(body))
+	if err != nil {
+		return app.CreatedIntegrator{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return app.CreatedIntegrator{}, fmt.Errorf("register the simulator: %w", err)
+	}
+	defer res.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if res.StatusCode != http.StatusCreated {
+		return app.CreatedIntegrator{}, fmt.Errorf("register the simulator: %s: %s", res.Status, bytes.TrimSpace(answer))
+	}
+	var created app.CreatedIntegrator
+	if err := json.Unmarshal(answer, &created); err != nil {
+		return app.CreatedIntegrator{}, fmt.Errorf("register the simulator: %w", err)
+	}
+	return created, nil
 }
