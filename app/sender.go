@@ -149,7 +149,7 @@ func (s *HTTPSender) post(ctx context.Context, in Integrator, req Request, sign,
 	h.Set("X-Geohub-Tentativa", strconv.Itoa(req.Tentativa))
 	resp, err := s.Client.Do(hr)
 	if err != nil {
-		return SendResult{Err: err, Transport: true}
+		return SendResult{Err: transportError(err), Transport: true}
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, responseSnippet))
