@@ -308,7 +308,7 @@ func (m *Main) Run(ctx context.Context) error {
 	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
 	cons := &console.Console{
 		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
-		Queries:  queries, Deliveries: deliveries, Integrators: integrators, Registry: registry,
+		Queries:  queries, Deliveries: deliveries, Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias,
 		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
 		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db,
 	}

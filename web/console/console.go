@@ -23,6 +23,7 @@ import (
 	"github.com/a-h/templ"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 )
 
 //go:generate go tool templ generate
@@ -45,6 +46,9 @@ type Console struct {
 	Integrators *app.Integrators
 	Registry    *app.Registry
 	Consumers   *app.Consumers
+	// Ocorrencias sends the ocorrência commands for the signed-in operator
+	// and reads the list (its Changed notifier wakes the live list).
+	Ocorrencias *ocorrencia.Service
 	Stats       *app.Stats
 	// The live tails (tail.go): the notifiers wake them after a commit of
 	// events and of delivery attempts; Attempts reads the attempts.
@@ -115,6 +119,15 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /dlq/reprocessar", c.authed(operators, c.reprocess))
 	mux.Handle("GET /ws/eventos", c.authed(readers, c.eventsTail))
 	mux.Handle("GET /ws/entregas", c.authed(readers, c.attemptsTail))
+	// Ocorrências: operators send the commands an integrator sends.
+	mux.Handle("GET /ocorrencias", c.authed(readers, c.ocorrencias))
+	mux.Handle("GET /ocorrencias/nova", c.authed(operators, c.newOcorrenciaPage))
+	mux.Handle("POST /ocorrencias", c.authed(operators, c.registerOcorrencia))
+	mux.Handle("GET /ocorrencias/{id}", c.authed(readers, c.ocorrenciaPage))
+	mux.Handle("POST /ocorrencias/{id}/despachos", c.authed(operators, c.dispatchRecurso))
+	mux.Handle("POST /ocorrencias/{id}/despachos/{despachoId}/status", c.authed(operators, c.setDespachoStatus))
+	mux.Handle("POST /ocorrencias/{id}/status", c.authed(operators, c.setOcorrenciaStatus))
+	mux.Handle("GET /ws/ocorrencias", c.authed(readers, c.ocorrenciasLive))
 	// Integrators, registry and operators: every POST is admin-only.
 	mux.Handle("GET /integradores", c.authed(readers, c.integrators))
 	mux.Handle("GET /integradores/novo", c.authed(admins, c.newIntegratorPage))

@@ -2,6 +2,7 @@
 // it). Elements opt in through data- attributes:
 //   data-atualizar="/url" data-intervalo="ms"  refresh the element's HTML
 //   data-tail="/ws/..."                        a websocket live tail
+//   data-vivo="/ws/..."                        a live snapshot (class Vivo)
 //   data-confirmar="question"                  confirm before submitting
 "use strict";
 
@@ -10,6 +11,7 @@ document.addEventListener("DOMContentLoaded", () => {
   // The page's tail is reachable for the browser tests, which drop its
   // socket to check the resume.
   document.querySelectorAll("[data-tail]").forEach((el) => (window.__geohubTail = new Tail(el)));
+  document.querySelectorAll("[data-vivo]").forEach((el) => (window.__geohubVivo = new Vivo(el)));
   document.querySelectorAll("form[data-confirmar]").forEach((f) =>
     f.addEventListener("submit", (e) => {
       if (!confirm(f.dataset.confirmar)) e.preventDefault();
@@ -119,6 +121,72 @@ class Tail {
       this.queue.forEach((h) => this.add(h));
       this.queue = [];
     }
+  }
+
+  show(text, cls) {
+    if (!this.status) return;
+    this.status.textContent = text;
+    this.status.className = "tail-status " + cls;
+  }
+}
+
+// Vivo keeps a websocket open and replaces the element's parts
+// ([data-vivo-parte]) with the ones the server renders whenever what they
+// show changed. Each message is the whole current state, so a reconnect
+// simply gets the state anew: nothing to resume, nothing lost. Rows
+// (tr[data-id]) that are new or whose data-versao changed are highlighted.
+class Vivo {
+  constructor(el) {
+    this.el = el;
+    this.status = el.querySelector("[data-tail-status]");
+    this.wait = 500;
+    this.connect();
+  }
+
+  connect() {
+    this.show("conectando…", "");
+    const u = new URL(this.el.dataset.vivo, location.href);
+    u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    const ws = new WebSocket(u);
+    this.ws = ws;
+    ws.onopen = () => {
+      this.wait = 500;
+      this.show("ao vivo", "ao-vivo");
+    };
+    ws.onmessage = (m) => {
+      const partes = JSON.parse(m.data).partes || {};
+      Object.entries(partes).forEach(([name, html]) => {
+        const part = this.el.querySelector(`[data-vivo-parte="${name}"]`);
+        if (part) this.replace(part, html);
+      });
+    };
+    ws.onclose = (e) => {
+      if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
+      if (e.code === 4429) {
+        this.show("muitas abas ao vivo abertas; feche alguma", "caiu");
+        setTimeout(() => this.connect(), 30000);
+        return;
+      }
+      this.show("reconectando…", "caiu");
+      setTimeout(() => this.connect(), this.wait);
+      this.wait = Math.min(this.wait * 2, 10000);
+    };
+  }
+
+  // drop closes the socket as a network failure would: it reconnects.
+  drop() {
+    this.ws?.close();
+  }
+
+  replace(part, html) {
+    const before = new Map([...part.querySelectorAll("tr[data-id]")].map((r) => [r.dataset.id, r.dataset.versao]));
+    part.innerHTML = html;
+    if (before.size === 0 && !part.querySelector("tr[data-id]")) return;
+    part.querySelectorAll("tr[data-id]").forEach((row) => {
+      if (before.get(row.dataset.id) === row.dataset.versao) return;
+      row.classList.add("novo");
+      setTimeout(() => row.classList.remove("novo"), 1500);
+    });
   }
 
   show(text, cls) {
