@@ -26,50 +26,19 @@ type CallbackPolicy struct {
 	}
 }
 
-// cgnat is the carrier-grade NAT range (RFC 6598), which netip does not
-// classify as private.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
-
-// refusal says why an address may not be called, or "" when it may.
+// refusal says why an address may not be called, or "" when it may. The
+// address is unmapped first, so an IPv4-mapped IPv6 address is judged as
+// the IPv4 address it is.
 func (p CallbackPolicy) refusal(a netip.Addr) string {
 	a = a.Unmap()
-	switch {
-	case a.IsLoopback():
-		if p.Insecure {
-			return ""
-		}
-		return "endereço de loopback"
-	case a.IsUnspecified():
-		return "endereço não especificado"
-	case a.IsPrivate():
-		return "endereço de rede privada"
-	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
-		return "endereço link-local"
-	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
-		return "endereço multicast"
-	case a.Is4() && cgnat.Contains(a):
-		return "endereço CGNAT (100.64.0.0/10)"
-	case a.Is4() && (a.As4()[0] == 0 || a.As4()[0] >= 240 || benchmarking.Contains(a)):
-		return "endereço reservado"
-	case a.Is6() && (nat64.Contains(a) || nat64Local.Contains(a) || ipv4Translated.Contains(a) ||
-		sixToFour.Contains(a) || ipv4Compatible.Contains(a) || siteLocal.Contains(a)):
-		// These carry or reach an IPv4 address (NAT64, 6to4, IPv4-compatible)
-		// or are deprecated internal space: through them a private IPv4
-		// address could be reached under a public-looking IPv6 one.
-		return "endereço IPv6 de transição ou reservado"
+	if a.IsLoopback() && p.Insecure {
+		return ""
+	}
+	if why := specialPurposeRefusal(a); why != "" {
+		return "endereço de uso especial: " + why
 	}
 	return ""
 }
-
-var (
-	benchmarking   = netip.MustParsePrefix("198.18.0.0/15")
-	nat64          = netip.MustParsePrefix("64:ff9b::/96")
-	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48")  // RFC 8215
-	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // SIIT, RFC 2765
-	sixToFour      = netip.MustParsePrefix("2002::/16")
-	ipv4Compatible = netip.MustParsePrefix("::/96")
-	siteLocal      = netip.MustParsePrefix("fec0::/10")
-)
 
 // Check validates a callback URL against the policy and the integrator's host
 // allowlist, resolving its host. Each finding names its reason.
