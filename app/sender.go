@@ -56,6 +56,10 @@ type HTTPSender struct {
 	Now         func() time.Time
 	Version     string
 	Client      *http.Client
+	// Insecure allows http:// callbacks (--insecure-callbacks). Without it
+	// a callback registered under it is refused here, before any dial:
+	// the dialer checks addresses, not schemes.
+	Insecure bool
 
 	mu       sync.Mutex
 	accepted map[string][]byte // per integrator, the secret its receiver accepted last
@@ -67,7 +71,7 @@ type HTTPSender struct {
 func NewHTTPSender(integrators *Integrators, policy CallbackPolicy, now func() time.Time, version string,
 	timeout time.Duration, perHost int) *HTTPSender {
 	dialer := policy.Dialer(&net.Dialer{Timeout: timeout})
-	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Client: &http.Client{
+	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Insecure: policy.Insecure, Client: &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			DialContext:         dialer.DialContext,
@@ -85,6 +89,9 @@ func NewHTTPSender(integrators *Integrators, policy CallbackPolicy, now func() t
 func (s *HTTPSender) Send(ctx context.Context, in Integrator, req Request) SendResult {
 	if req.Corpo == nil {
 		return SendResult{Err: fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)}
+	}
+	if !s.Insecure && !strings.HasPrefix(strings.ToLower(in.CallbackURL), "https://") {
+		return SendResult{Err: fmt.Errorf("%w: callback sem https, aceito só com --insecure-callbacks, que este servidor não usa: corrija a URL do integrador", errUnsendable)}
 	}
 	if !headerSafe(req.Agregado) {
 		// Publish refuses such an agregado; one stored before it did would
