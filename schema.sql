@@ -320,3 +320,46 @@ ALTER TABLE integrator ADD COLUMN ultimo_sucesso_em INTEGER;
 -- (integrador_id, event_id) index a page sorted every delivery the
 -- integrator ever had; this one ends in the rowid, so a page is a range.
 CREATE INDEX outbox_integrador_idx ON outbox (integrador_id);
+
+-- migration: 11
+
+-- The audit trail (SPEC 10): who changed what, when, from where, and with
+-- what outcome. Each row is written in the transaction of the change it
+-- records (a refusal, which changes nothing, on its own). It never holds a
+-- secret, an API key, a token or a password, nor their hashes. Rows are
+-- kept forever: the triggers refuse every UPDATE and DELETE, so no code
+-- path, and no mistake in one, can rewrite the record of what happened.
+-- em never goes back (the store takes the later of the clock and the last
+-- row's em), so id order is time order: a time range is an id range, found
+-- with two seeks of audit_log_em_idx, and every filter pages by keyset on
+-- the rowid, newest first, through an index that ends in it.
+CREATE TABLE audit_log (
+    id         INTEGER PRIMARY KEY,
+    em         INTEGER NOT NULL, -- unix milliseconds, UTC
+    quem_tipo  TEXT    NOT NULL, -- operador, token, integrador, cli, sistema, anonimo
+    quem_id    TEXT    NOT NULL,
+    quem_nome  TEXT    NOT NULL,
+    quem_papel TEXT    NOT NULL,
+    endereco   TEXT    NOT NULL, -- the client's address; "local" for the CLI
+    acao       TEXT    NOT NULL,
+    alvo_tipo  TEXT    NOT NULL,
+    alvo_id    TEXT    NOT NULL,
+    alvo_nome  TEXT    NOT NULL,
+    campos     TEXT    NOT NULL, -- JSON array of {campo, de, para}
+    resultado  TEXT    NOT NULL CHECK (resultado IN ('ok', 'recusado', 'falhou')),
+    codigo     TEXT    NOT NULL, -- the error code of a refusal
+    detalhe    TEXT    NOT NULL
+);
+CREATE INDEX audit_log_quem_id_idx   ON audit_log (quem_id);
+CREATE INDEX audit_log_quem_nome_idx ON audit_log (quem_nome);
+CREATE INDEX audit_log_acao_idx      ON audit_log (acao);
+CREATE INDEX audit_log_alvo_idx      ON audit_log (alvo_id);
+CREATE INDEX audit_log_em_idx        ON audit_log (em);
+CREATE TRIGGER audit_log_sem_update BEFORE UPDATE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'audit_log é somente inclusão: linhas não mudam');
+END;
+CREATE TRIGGER audit_log_sem_delete BEFORE DELETE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'audit_log é somente inclusão: linhas não são apagadas');
+END;

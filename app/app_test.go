@@ -802,7 +802,7 @@ func TestRegistryDraftRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.InsertTypeVersion(t.Context(), old); err != nil { // as an older geohub stored it
+	if _, _, err := db.InsertTypeVersion(t.Context(), old, nil); err != nil { // as an older geohub stored it
 		t.Fatal(err)
 	}
 	db.Close()

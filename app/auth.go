@@ -53,13 +53,16 @@ type Operator struct {
 
 // AuthStore keeps tokens and operators.
 type AuthStore interface {
-	InsertToken(ctx context.Context, t Token, hash string) error
+	AuditLog
+	// The changes below write their audit entry (nil: none) in their own
+	// transaction, and only when they change something.
+	InsertToken(ctx context.Context, t Token, hash string, audit *AuditEntry) error
 	TokenByHash(ctx context.Context, hash string) (Token, error)
-	RevokeToken(ctx context.Context, id string, at time.Time) error
+	RevokeToken(ctx context.Context, id string, at time.Time, audit *AuditEntry) error
 	// InsertOperator adds an account, false when the login exists. A
 	// non-empty actorID must be an active admin when it commits (EForbidden
 	// otherwise); "" is the server's own operator (first start).
-	InsertOperator(ctx context.Context, actorID string, o Operator, senhaHash string) (bool, error)
+	InsertOperator(ctx context.Context, actorID string, o Operator, senhaHash string, audit *AuditEntry) (bool, error)
 	OperatorByLogin(ctx context.Context, login string) (Operator, string, error)
 }
 
@@ -85,7 +88,9 @@ type cachedToken struct {
 const tokenPrefix = "gh_"
 
 // CreateToken returns a new token's secret (shown once) and its record.
-func (a *Auth) CreateToken(ctx context.Context, papel Papel, nome string) (string, Token, error) {
+func (a *Auth) CreateToken(ctx context.Context, papel Papel, nome string) (_ string, _ Token, err error) {
+	audit := NewAudit(ctx, AcaoTokenCriar, AuditTarget{Tipo: "token"})
+	defer func() { recordRefusal(ctx, a.Store, audit, err) }()
 	if !ValidPapel(papel) {
 		return "", Token{}, &Error{Code: EInvalid, Message: "papel inválido",
 			Details: []Detail{{"/papel", "deve ser admin, operador, leitor ou produtor"}}}
@@ -95,7 +100,9 @@ func (a *Auth) CreateToken(ctx context.Context, papel Papel, nome string) (strin
 	if t.Nome == "" {
 		t.Nome = string(papel)
 	}
-	if err := a.Store.InsertToken(ctx, t, hashToken(secret)); err != nil {
+	audit.Alvo = AuditTarget{Tipo: "token", ID: t.ID, Nome: t.Nome}
+	audit.Campos = []AuditField{Set("nome", t.Nome), Set("papel", t.Papel)}
+	if err := a.Store.InsertToken(ctx, t, hashToken(secret), audit); err != nil {
 		return "", Token{}, err
 	}
 	return secret, t, nil
@@ -125,8 +132,10 @@ func (a *Auth) Authenticate(ctx context.Context, secret string) (Token, error) {
 
 // RevokeToken ends a token. A server that validated it keeps accepting it
 // from memory for at most tokenCacheTTL.
-func (a *Auth) RevokeToken(ctx context.Context, id string) error {
-	err := a.Store.RevokeToken(ctx, id, a.Now().UTC())
+func (a *Auth) RevokeToken(ctx context.Context, id string) (err error) {
+	audit := NewAudit(ctx, AcaoTokenRevogar, AuditTarget{Tipo: "token", ID: id})
+	defer func() { recordRefusal(ctx, a.Store, audit, err) }()
+	err = a.Store.RevokeToken(ctx, id, a.Now().UTC(), audit)
 	if errors.Is(err, ErrNotFound) {
 		return Errorf(ENotFound, "token %s não existe ou já foi revogado", id)
 	}
@@ -160,11 +169,18 @@ func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, 
 		return "", false, err
 	}
 	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: "admin", Papel: PapelAdmin, CriadoEm: a.Now().UTC(), Ativo: true}
-	created, err := a.Store.InsertOperator(ctx, "", o, string(hash))
+	created, err := a.Store.InsertOperator(ctx, "", o, string(hash), operatorCreated(WithActor(ctx, System), o))
 	if err != nil || !created {
 		return "", false, err
 	}
 	return password, true, nil
+}
+
+// operatorCreated is the entry of a new account: its login and role,
+// never its password.
+func operatorCreated(ctx context.Context, o Operator) *AuditEntry {
+	return NewAudit(ctx, AcaoOperadorCriar, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login},
+		Set("login", o.Login), Set("papel", o.Papel), Set("ativo", o.Ativo))
 }
 
 func hashToken(secret string) string {

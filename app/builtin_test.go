@@ -37,7 +37,7 @@ func TestBuiltinTypesCannotBeDeprecated(t *testing.T) {
 	}
 
 	// As an older binary could leave it: deprecated in the database.
-	if err := db.SetTypeStatus(ctx, tipo, "1.0.0", app.StatusDeprecado); err != nil {
+	if err := db.SetTypeStatus(ctx, tipo, "1.0.0", app.StatusDeprecado, nil); err != nil {
 		t.Fatal(err)
 	}
 	reg, err = app.NewRegistry(ctx, db, time.Now)

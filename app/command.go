@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type Command struct {
 	Metodo      string
 	Rota        string // the request path, ids included
 	Body        []byte // the raw request body
+	// Acao names the command in the audit trail; "" derives it from Rota
+	// (see commandAction).
+	Acao string
 }
 
 // Result is what a command handler decided: the HTTP status and body of
@@ -176,6 +180,7 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	events = append(events, PublishRequest{EventID: outcomeID, Tipo: tipo, Origem: PluginIntegracao,
 		Agregado: "solicitacao:" + sol, Payload: payload})
+	audit := commandAudit(ctx, cmd, events, out.Motivo)
 	ts := c.Now().UTC().Format(time.RFC3339Nano)
 	for i := range events {
 		events[i].Autoria = autoria
@@ -183,7 +188,9 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 		events[i].CorrelacaoID = sol
 		events[i].Timestamp = ts
 	}
-	stored, err := c.Publisher.PublishAll(ctx, events)
+	// The audit entry commits with the outcome, refusals included: a
+	// refused command is recorded (as comando-recusado) like any other.
+	stored, err := c.Publisher.PublishAudited(ctx, events, audit)
 	if err != nil {
 		if ErrorCode(err) == EInvalid {
 			return Outcome{}, RegistryRefused(err)
@@ -195,6 +202,65 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	o, err := recorded(stored[len(stored)-1].Event, digest)
 	o.Repeat = false
 	return o, err
+}
+
+// commandAudit is a command's audit entry: its action, the ocorrência it
+// acts on, the solicitacao that finds its events (the correlacao_id of each)
+// and the types it published, its outcome's last. The body is not copied: it may carry personal
+// data that the log keeps only redacted.
+func commandAudit(ctx context.Context, cmd Command, events []PublishRequest, refused *motivo) *AuditEntry {
+	acao, alvo := commandAction(cmd)
+	if alvo.ID == "" {
+		for _, ev := range events {
+			if id, ok := strings.CutPrefix(ev.Agregado, "ocorrencia:"); ok {
+				alvo.ID = id
+				break
+			}
+		}
+	}
+	e := NewAudit(ctx, acao, alvo, Set("solicitacao", cmd.Solicitacao))
+	if parts := strings.Split(strings.Trim(cmd.Rota, "/"), "/"); acao == AcaoOcorrenciaDespachoStatus && len(parts) == 6 {
+		e.Campos = append(e.Campos, Set("despacho", parts[4]))
+	}
+	tipos := make([]string, len(events))
+	for i, ev := range events {
+		tipos[i] = ev.Tipo
+	}
+	e.Campos = append(e.Campos, Set("eventos", tipos))
+	if refused != nil {
+		e.Resultado, e.Codigo = AuditRecusado, refused.Codigo
+		e.Detalhe = refusalText(&Error{Code: refused.Codigo, Message: refused.Erro, Details: refused.Detalhes})
+	}
+	return e
+}
+
+// commandAction names a command by its route (SPEC 7), so that every
+// caller of Commands.Run, the API's and the console's, gets the same names.
+func commandAction(cmd Command) (string, AuditTarget) {
+	alvo := AuditTarget{Tipo: "ocorrencia"}
+	parts := strings.Split(strings.Trim(cmd.Rota, "/"), "/")
+	if len(parts) >= 3 && parts[0] == "api" && parts[1] == "ocorrencias" {
+		alvo.ID = parts[2]
+	}
+	acao := cmd.Acao
+	if acao == "" {
+		switch {
+		case len(parts) == 2 && parts[0] == "api" && parts[1] == "ocorrencias":
+			acao = AcaoOcorrenciaRegistrar
+		case len(parts) == 4 && parts[3] == "despachos":
+			acao = AcaoOcorrenciaDespachar
+		case len(parts) == 6 && parts[3] == "despachos" && parts[5] == "status":
+			acao = AcaoOcorrenciaDespachoStatus
+		case len(parts) == 4 && parts[3] == "status":
+			acao = AcaoOcorrenciaStatus
+		default:
+			acao = AcaoComando
+		}
+	}
+	if alvo.ID == "" && acao == AcaoComando {
+		alvo = AuditTarget{Tipo: "rota", ID: cmd.Metodo + " " + cmd.Rota}
+	}
+	return acao, alvo
 }
 
 // autoria is who the command's events name as their author: the integrator,

@@ -59,6 +59,7 @@ type ConsumerStore interface {
 	SetDLQStatus(ctx context.Context, eventID, colonia, status string) error
 	DLQOpen(ctx context.Context, colonia string, limit int) ([]DLQEntry, error)
 	DLQStats(ctx context.Context, limit int) (DLQStats, error)
+	AuditLog
 }
 
 // Handler processes one event. It must be idempotent: delivery to in-process
@@ -213,7 +214,21 @@ const ReprocessInterval = time.Minute
 // ReprocessDLQ retries a colonia's open DLQ entries with the redacted
 // payload from the log. It runs on the colonia's own goroutine, so a handler
 // never runs twice at once.
-func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (ReprocessResult, error) {
+//
+// Its audit entry is appended once the reprocess ends, with its counts: a
+// reprocess is many transactions (each handler's outcome, each entry's
+// status), and the DLQ rows themselves record each of them.
+func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (res ReprocessResult, err error) {
+	audit := NewAudit(ctx, AcaoDLQReprocessar, AuditTarget{Tipo: "colonia", ID: colonia})
+	defer func() {
+		if err != nil {
+			recordRefusal(ctx, c.Store, audit, err)
+			return
+		}
+		audit.Campos = []AuditField{Set("reprocessados", res.Reprocessados), Set("resolvidos", res.Resolvidos),
+			Set("falharam", res.Falharam)}
+		c.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
+	}()
 	c.mu.Lock()
 	k := c.colonias[colonia]
 	if k == nil {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,8 +51,11 @@ func (s *Deliveries) Get(ctx context.Context, id int64) (DeliveryDetail, error) 
 }
 
 // Resend puts one dead letter back in line: same body, same sequence.
-func (s *Deliveries) Resend(ctx context.Context, id int64) error {
-	err := s.Store.Resend(ctx, id, s.Now())
+func (s *Deliveries) Resend(ctx context.Context, id int64) (err error) {
+	audit := NewAudit(ctx, AcaoEntregaReenviar, AuditTarget{Tipo: "entrega", ID: strconv.FormatInt(id, 10)},
+		Changed("status", EntregaFalhou, EntregaPendente))
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
+	err = s.Store.Resend(ctx, id, s.Now(), audit)
 	if err == ErrNotFound {
 		return Errorf(ENotFound, "entrega não encontrada")
 	}
@@ -62,7 +66,11 @@ func (s *Deliveries) Resend(ctx context.Context, id int64) error {
 }
 
 // ResendAll resends an integrator's deliveries in a status (falhou).
-func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (int, error) {
+func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (_ int, err error) {
+	audit := NewAudit(ctx, AcaoEntregaReenviarLote, AuditTarget{Tipo: "integrador", ID: integrador},
+		Set("status", status))
+	audit.CountAs = "reenviadas"
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	if status == "" {
 		status = EntregaFalhou
 	}
@@ -74,7 +82,8 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 		return 0, &Error{Code: EInvalid, Message: "integrador obrigatório",
 			Details: []Detail{{"/integrador", "obrigatório"}}}
 	}
-	n, err := s.Store.ResendAll(ctx, integrador, status, s.Now())
+	audit.Campos = []AuditField{Changed("status", status, EntregaPendente)}
+	n, err := s.Store.ResendAll(ctx, integrador, status, s.Now(), audit)
 	if err == nil && n > 0 {
 		s.Dispatcher.Wake()
 	}
@@ -93,17 +102,21 @@ type RetryResult struct {
 // circuit closes and its pending deliveries are due now, in their order.
 // It is for a CAD that came back: without it, its queue keeps the backoff
 // slots it earned while down, up to an hour away.
-func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id string) (RetryResult, error) {
+func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id string) (_ RetryResult, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorTentarAgora, AuditTarget{Tipo: "integrador", ID: id}, Set("circuito", "fechado"))
+	audit.CountAs = "antecipadas"
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	in, err := integrators.Get(ctx, id)
 	if err != nil {
 		return RetryResult{}, err
 	}
+	audit.Alvo.Nome = in.Nome
 	if !in.Ativo {
 		return RetryResult{}, Errorf(EConflict, "integrador inativo: reative-o (ou use Verificar) antes de tentar agora")
 	}
 	d := s.Dispatcher
 	d.init()
-	n, err := s.Store.DueNow(ctx, id, 0, s.Now())
+	n, err := s.Store.DueNow(ctx, id, 0, s.Now(), audit)
 	if err != nil {
 		return RetryResult{}, err
 	}
@@ -114,12 +127,14 @@ func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id 
 
 // RetryDeliveryNow makes one pending delivery due now. An open circuit still
 // holds it until the circuit's probe: RetryNow closes the circuit.
-func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (DeliveryDetail, error) {
+func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (_ DeliveryDetail, err error) {
+	audit := NewAudit(ctx, AcaoEntregaTentarAgora, AuditTarget{Tipo: "entrega", ID: strconv.FormatInt(id, 10)})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	del, err := s.Get(ctx, id)
 	if err != nil {
 		return DeliveryDetail{}, err
 	}
-	if _, err := s.Store.DueNow(ctx, del.Integrador, id, s.Now()); err != nil {
+	if _, err := s.Store.DueNow(ctx, del.Integrador, id, s.Now(), audit); err != nil {
 		if err == ErrNotFound {
 			err = Errorf(ENotFound, "entrega não encontrada")
 		}
@@ -131,11 +146,14 @@ func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (DeliveryDe
 
 // Verify sends a signed integracao:verificacao ping straight to the
 // integrator (not through the outbox); a 2xx answer makes it active again.
-func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id string) (Attempt, error) {
+func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id string) (_ Attempt, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorVerificar, AuditTarget{Tipo: "integrador", ID: id})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	in, err := integrators.Get(ctx, id)
 	if err != nil {
 		return Attempt{}, err
 	}
+	audit.Alvo.Nome = in.Nome
 	d := s.Dispatcher
 	d.init()
 	now := d.Now().UTC()
@@ -152,11 +170,20 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 	a.DuracaoMS, a.StatusCode, a.Resposta = d.Now().Sub(now).Milliseconds(), r.Status, r.Snippet
 	if r.Err != nil {
 		a.Erro = r.Err.Error()
+		// Nothing changed: the entry stands alone, saying what failed.
+		audit.Resultado, audit.Detalhe = AuditFalhou, "sem resposta do receptor: "+a.Erro
+		s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
 		return a, nil
 	}
+	audit.Detalhe = fmt.Sprintf("o receptor respondeu HTTP %d", r.Status)
+	if r.Status < 200 || r.Status >= 300 {
+		audit.Resultado = AuditFalhou
+		s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
+	}
 	if r.Status >= 200 && r.Status < 300 {
-		// A success: active again, failing period over, circuit closed.
-		if err := integrators.reactivate(ctx, id); err != nil {
+		// A success: active again, failing period over, circuit closed,
+		// in the transaction that records the verification.
+		if err := integrators.reactivate(ctx, id, audit); err != nil {
 			return a, err
 		}
 		d.trip(id, 0, false, false, d.Now())

@@ -108,6 +108,9 @@ type Pending struct {
 	Event  Event           // its Payload already redacted
 	Full   json.RawMessage // the payload as published, for live consumers
 	Outbox *Outbox         // its deliveries; nil routes it nowhere
+	// Audit, when set, is written in the batch's transaction if the event
+	// is new: a command's outcome carries the command's audit entry.
+	Audit *AuditEntry
 }
 
 // Stored is what the log answers for one Pending: the stored record and

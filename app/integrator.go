@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -88,13 +89,15 @@ type IntegratorSecrets struct {
 }
 
 // IntegratorStore keeps integrators.
+// Each change writes its audit entry (nil: none) in its own transaction.
 type IntegratorStore interface {
-	InsertIntegrator(ctx context.Context, in Integrator, sealedSecret []byte, apiKeyHash string) error
+	AuditLog
+	InsertIntegrator(ctx context.Context, in Integrator, sealedSecret []byte, apiKeyHash string, audit *AuditEntry) error
 	Integrators(ctx context.Context) ([]Integrator, error)
-	UpdateIntegrator(ctx context.Context, in Integrator) error
-	SetIntegratorSecret(ctx context.Context, id string, s IntegratorSecrets) error
+	UpdateIntegrator(ctx context.Context, in Integrator, audit *AuditEntry) error
+	SetIntegratorSecret(ctx context.Context, id string, s IntegratorSecrets, audit *AuditEntry) error
 	// SetIntegratorAPIKey replaces the hash of the integrator's API key.
-	SetIntegratorAPIKey(ctx context.Context, id, hash string) error
+	SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *AuditEntry) error
 	IntegratorSecrets(ctx context.Context, id string) (IntegratorSecrets, error)
 	IntegratorByAPIKey(ctx context.Context, hash string) (Integrator, error)
 	Integrator(ctx context.Context, id string) (Integrator, error)
@@ -229,7 +232,9 @@ func (s *Integrators) cached(id string) (Integrator, error) {
 
 // Create validates and stores a new integrator; its secret and API key are
 // in the answer and nowhere else in clear.
-func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedIntegrator, error) {
+func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (_ CreatedIntegrator, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorCriar, AuditTarget{Tipo: "integrador", Nome: strings.TrimSpace(req.Nome)})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	if req.Eventos == nil {
 		req.Eventos = []string{"*"}
 	}
@@ -242,7 +247,15 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 	}
 	secret := "whsec_" + randomString(32)
 	apiKey := APIKeyPrefix + randomString(32)
-	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey)); err != nil {
+	audit.Alvo.ID = in.ID
+	// The cadastro as created; the secret and the API key are not fields
+	// of it, and appear nowhere in the trail.
+	audit.Campos = []AuditField{Set("nome", in.Nome), Set("callback_url", in.CallbackURL),
+		Set("hosts_permitidos", in.HostsPermitidos), Set("eventos", in.Eventos), Set("ativo", in.Ativo)}
+	if len(in.Backoff) > 0 {
+		audit.Campos = append(audit.Campos, Set("backoff", in.Backoff))
+	}
+	if err := s.Store.InsertIntegrator(ctx, in, s.Sealer.Seal([]byte(secret), in.ID), hashToken(apiKey), audit); err != nil {
 		return CreatedIntegrator{}, err
 	}
 	s.fillState(&in, 0)
@@ -250,13 +263,17 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (CreatedInt
 }
 
 // Update applies a patch; a changed callback URL or allowlist is checked again.
-func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) (Integrator, error) {
+func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) (_ Integrator, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorEditar, AuditTarget{Tipo: "integrador", ID: id})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	in, err := s.Get(ctx, id)
 	if err != nil {
 		return Integrator{}, err
 	}
+	old := in
+	audit.Alvo.Nome = in.Nome
 	if p.Ativo != nil {
 		if *p.Ativo && !in.Ativo {
 			// Reactivating is a fresh start: the failing period that may
@@ -286,10 +303,11 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 	in.AtualizadoEm = s.Now().UTC()
 	// The callback is resolved again only when it changed: an operator must
 	// be able to disable an integrator whose host stopped resolving.
+	audit.Acao, audit.Campos = integratorChanges(old, in)
 	if err := s.validate(ctx, in, recheck); err != nil {
 		return Integrator{}, err
 	}
-	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+	if err := s.Store.UpdateIntegrator(ctx, in, audit); err != nil {
 		return Integrator{}, err
 	}
 	c := s.circuits.circuit(id, s.Now())
@@ -299,14 +317,18 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 
 // RotateSecret issues a new signing secret; the current one keeps signing
 // (in X-Geohub-Assinatura-Anterior) for SecretGrace.
-func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecret, error) {
+func (s *Integrators) RotateSecret(ctx context.Context, id string) (_ RotatedSecret, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorSegredoRotacionar, AuditTarget{Tipo: "integrador", ID: id})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	// Read-modify-write: two rotations at once would both keep the same
 	// previous secret, and one of the new ones would sign nothing.
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	if _, err := s.Get(ctx, id); err != nil {
+	in, err := s.Get(ctx, id)
+	if err != nil {
 		return RotatedSecret{}, err
 	}
+	audit.Alvo.Nome = in.Nome
 	cur, err := s.Store.IntegratorSecrets(ctx, id)
 	if err != nil {
 		return RotatedSecret{}, err
@@ -314,7 +336,9 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 	secret := "whsec_" + randomString(32)
 	until := s.Now().UTC().Add(SecretGrace)
 	next := IntegratorSecrets{Atual: s.Sealer.Seal([]byte(secret), id), Anterior: cur.Atual, AnteriorAte: until}
-	if err := s.Store.SetIntegratorSecret(ctx, id, next); err != nil {
+	// That it rotated, and until when the previous one signs: never either secret.
+	audit.Campos = []AuditField{Set("anterior_valido_ate", until.Truncate(time.Millisecond))}
+	if err := s.Store.SetIntegratorSecret(ctx, id, next, audit); err != nil {
 		return RotatedSecret{}, err
 	}
 	s.mu.Lock()
@@ -328,16 +352,20 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (RotatedSecre
 // secret it has no grace period: a key is rotated because it leaked or a
 // person left, and then the old one must stop at once. Commands with it get
 // 401 until the CAD uses the new one; deliveries are not affected.
-func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (RotatedAPIKey, error) {
+func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (_ RotatedAPIKey, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorAPIKeyRotacionar, AuditTarget{Tipo: "integrador", ID: id})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	// Serialised with the other cadastro changes: two rotations at once
 	// run one after the other, and the key shown last is the one that works.
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	if _, err := s.Get(ctx, id); err != nil {
+	in, err := s.Get(ctx, id)
+	if err != nil {
 		return RotatedAPIKey{}, err
 	}
+	audit.Alvo.Nome = in.Nome
 	key := APIKeyPrefix + randomString(32)
-	err := s.Store.SetIntegratorAPIKey(ctx, id, hashToken(key))
+	err = s.Store.SetIntegratorAPIKey(ctx, id, hashToken(key), audit)
 	if errors.Is(err, ErrNotFound) {
 		return RotatedAPIKey{}, Errorf(ENotFound, "integrador não encontrado")
 	}
@@ -389,22 +417,27 @@ func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous
 }
 
 // reactivate makes an integrator active after a successful verification,
-// ending its failing period.
-func (s *Integrators) reactivate(ctx context.Context, id string) error {
+// ending its failing period. audit is the verification's entry: it gets
+// the fields the success changed and commits with them.
+func (s *Integrators) reactivate(ctx context.Context, id string, audit *AuditEntry) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	in, err := s.Get(ctx, id)
 	if err != nil {
 		return err
 	}
+	old := in
 	in.Ativo, in.MotivoInativo, in.FalhandoDesde, in.AtualizadoEm = true, "", nil, s.Now().UTC()
-	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+	_, audit.Campos = integratorChanges(old, in)
+	audit.Alvo.Nome = in.Nome
+	if err := s.Store.UpdateIntegrator(ctx, in, audit); err != nil {
 		return err
 	}
 	return s.Load(ctx)
 }
 
-// Disable sets an integrator inactive with the reason (auto-disable).
+// Disable sets an integrator inactive with the reason (auto-disable: the
+// server's own change, recorded as the system's unless ctx says otherwise).
 func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -412,11 +445,45 @@ func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
+	old := in
 	in.Ativo, in.MotivoInativo, in.AtualizadoEm = false, reason, s.Now().UTC()
-	if err := s.Store.UpdateIntegrator(ctx, in); err != nil {
+	audit := NewAudit(ctx, AcaoIntegradorDesativar, AuditTarget{Tipo: "integrador", ID: id, Nome: in.Nome})
+	_, audit.Campos = integratorChanges(old, in)
+	audit.Detalhe = reason
+	if err := s.Store.UpdateIntegrator(ctx, in, audit); err != nil {
 		return err
 	}
 	return s.Load(ctx)
+}
+
+// integratorChanges names an update for the trail: the fields that differ
+// between old and new, and the action, which is ativar or desativar when
+// that is all that changed.
+func integratorChanges(old, new Integrator) (string, []AuditField) {
+	var out []AuditField
+	if old.Ativo != new.Ativo {
+		out = append(out, Changed("ativo", old.Ativo, new.Ativo))
+	}
+	if old.CallbackURL != new.CallbackURL {
+		out = append(out, Changed("callback_url", old.CallbackURL, new.CallbackURL))
+	}
+	for _, f := range []struct {
+		name     string
+		old, new []string
+	}{{"hosts_permitidos", old.HostsPermitidos, new.HostsPermitidos}, {"eventos", old.Eventos, new.Eventos},
+		{"backoff", old.Backoff, new.Backoff}} {
+		if !slices.Equal(f.old, f.new) {
+			out = append(out, Changed(f.name, f.old, f.new))
+		}
+	}
+	acao := AcaoIntegradorEditar
+	if len(out) == 1 && out[0].Campo == "ativo" {
+		acao = AcaoIntegradorDesativar
+		if new.Ativo {
+			acao = AcaoIntegradorAtivar
+		}
+	}
+	return acao, out
 }
 
 // Authenticate resolves an integrator's API key (its Bearer for commands).
@@ -446,7 +513,7 @@ func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback
 	}
 	for i, e := range in.Eventos {
 		if !eventPattern.MatchString(e) {
-			bad = append(bad, Detail{fmt.Sprintf("/eventos/%d", i), "padrão inválido: use *, familia:* ou familia:nome"})
+			bad = append(bad, Detail{fmt.Sprintf("/eventos/%d", i), "padrão inválido: use *, família:* ou família:nome"})
 		}
 	}
 	if _, err := ParseBackoff(in.Backoff); err != nil {

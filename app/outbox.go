@@ -130,11 +130,14 @@ type OutboxStore interface {
 	Deliveries(ctx context.Context, f DeliveryFilter) ([]Delivery, int, error)
 	Delivery(ctx context.Context, id int64) (Delivery, []Attempt, error)
 	// Resend puts dead letters back to pendente, same body and sequence.
-	Resend(ctx context.Context, id int64, now time.Time) error
-	ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error)
+	// These three changes write their audit entry (nil: none) in their own
+	// transaction, with the count of rows for its CountAs.
+	Resend(ctx context.Context, id int64, now time.Time, audit *AuditEntry) error
+	ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *AuditEntry) (int, error)
 	// DueNow makes pending rows due at now: the integrator's (id 0), or the
 	// one row id of it, which must be pendente (EConflict otherwise).
-	DueNow(ctx context.Context, integrador string, id int64, now time.Time) (int, error)
+	DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *AuditEntry) (int, error)
+	AuditLog
 }
 
 // sortedPayload re-encodes a decoded payload with its keys sorted, as the

@@ -67,12 +67,21 @@ func errIDTaken() error {
 // transaction, or none: a command's domain events and its outcome are one
 // fact. Any invalid request fails the whole batch before anything is written.
 func (p *Publisher) PublishAll(ctx context.Context, reqs []PublishRequest) ([]Stored, error) {
+	return p.PublishAudited(ctx, reqs, nil)
+}
+
+// PublishAudited is PublishAll with audit written in the same transaction,
+// when the last request's event is new (a command's outcome is last).
+func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry) ([]Stored, error) {
 	batch := make([]Pending, len(reqs))
 	for i, req := range reqs {
 		var err error
 		if batch[i], err = p.prepare(req); err != nil {
 			return nil, fmt.Errorf("publish %s: %w", req.Tipo, err)
 		}
+	}
+	if len(batch) > 0 {
+		batch[len(batch)-1].Audit = audit
 	}
 	return p.appendAll(ctx, batch)
 }

@@ -68,11 +68,13 @@ func (tv *TypeVersion) UnmarshalJSON(b []byte) error {
 
 // RegistryStore keeps type versions.
 type RegistryStore interface {
+	AuditLog
 	TypeVersions(ctx context.Context) ([]TypeVersion, error)
 	// InsertTypeVersion stores tv unless (tipo, versao) exists, in which case
-	// it returns the existing row and false.
-	InsertTypeVersion(ctx context.Context, tv TypeVersion) (TypeVersion, bool, error)
-	SetTypeStatus(ctx context.Context, tipo, versao, status string) error
+	// it returns the existing row and false. The audit entry (nil: none) is
+	// written with the row, only when the row is new.
+	InsertTypeVersion(ctx context.Context, tv TypeVersion, audit *AuditEntry) (TypeVersion, bool, error)
+	SetTypeStatus(ctx context.Context, tipo, versao, status string, audit *AuditEntry) error
 }
 
 var (
@@ -119,7 +121,9 @@ func NewRegistry(ctx context.Context, store RegistryStore, now func() time.Time)
 // Register adds a type version. Registering identical content again is a
 // no-op (created=false); different content for a published version is a
 // conflict, because events already published were validated against it.
-func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, bool, error) {
+func (r *Registry) Register(ctx context.Context, tv TypeVersion) (_ TypeVersion, _ bool, err error) {
+	audit := NewAudit(ctx, AcaoRegistroRegistrar, AuditTarget{Tipo: "registro", ID: tv.Tipo + "@" + tv.Versao})
+	defer func() { recordRefusal(ctx, r.store, audit, err) }()
 	if tv.Status == "" {
 		tv.Status = StatusAtivo
 	}
@@ -140,7 +144,10 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, b
 	}
 	c.Schema = canonicalJSON(tv.Schema)
 	c.CriadoEm = r.now().UTC()
-	stored, created, err := r.store.InsertTypeVersion(ctx, c.TypeVersion)
+	// The schema and rules are in the registry itself, for good: the entry
+	// says what was registered, not all of it again.
+	audit.Campos = []AuditField{Set("status", c.Status), Set("audiencia", c.Audiencia)}
+	stored, created, err := r.store.InsertTypeVersion(ctx, c.TypeVersion, audit)
 	if err != nil {
 		return TypeVersion{}, false, err
 	}
@@ -157,7 +164,13 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (TypeVersion, b
 }
 
 // SetStatus moves a version between ativo and deprecado.
-func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (TypeVersion, error) {
+func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (_ TypeVersion, err error) {
+	acao := AcaoRegistroReativar
+	if status == StatusDeprecado {
+		acao = AcaoRegistroDescontinuar
+	}
+	audit := NewAudit(ctx, acao, AuditTarget{Tipo: "registro", ID: tipo + "@" + versao}, Set("status", status))
+	defer func() { recordRefusal(ctx, r.store, audit, err) }()
 	if status != StatusAtivo && status != StatusDeprecado {
 		return TypeVersion{}, &Error{Code: EInvalid, Message: "status inválido",
 			Details: []Detail{{Caminho: "/status", Mensagem: "deve ser ativo ou deprecado"}}}
@@ -177,7 +190,8 @@ func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (
 		return TypeVersion{}, Errorf(EConflict, "%s@%s é um tipo embutido: o plugin publica nele a cada comando, "+
 			"e deprecá-lo faria todos os comandos falharem", tipo, versao)
 	}
-	if err := r.store.SetTypeStatus(ctx, tipo, versao, status); err != nil {
+	audit.Campos = []AuditField{Changed("status", c.Status, status)}
+	if err := r.store.SetTypeStatus(ctx, tipo, versao, status, audit); err != nil {
 		return TypeVersion{}, err
 	}
 	next := *c
@@ -273,7 +287,7 @@ func (r *Registry) lookup(tipo, versao string) (*compiled, error) {
 func compile(tv TypeVersion) (*compiled, error) {
 	var details []Detail
 	if !tipoPattern.MatchString(tv.Tipo) {
-		details = append(details, Detail{"/tipo", "deve ter a forma familia:nome, em minúsculas (ex.: ocorrencia:registrada)"})
+		details = append(details, Detail{"/tipo", "deve ter a forma família:nome, em minúsculas (ex.: ocorrencia:registrada)"})
 	}
 	if !semverPattern.MatchString(tv.Versao) {
 		details = append(details, Detail{"/versao", "deve ser semver MAIOR.MENOR.CORRECAO (ex.: 1.0.0)"})

@@ -20,25 +20,27 @@ import (
 )
 
 // SessionStore keeps console sessions and operator accounts.
+// Each change writes its audit entry (nil: none) in its own transaction.
 type SessionStore interface {
-	InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time) error
+	InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time, audit *AuditEntry) error
 	// SessionOperator returns the operator of a session that has not expired.
 	SessionOperator(ctx context.Context, hash string, now time.Time) (Operator, error)
-	DeleteSession(ctx context.Context, hash string) error
+	DeleteSession(ctx context.Context, hash string, audit *AuditEntry) error
 	// SetOperatorPassword changes a password and ends every other session
 	// of the operator but keepSession.
-	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string) error
+	SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string, audit *AuditEntry) error
 	// ResetOperatorPassword sets someone's password and ends all their
 	// sessions, under the same condition on actorID as InsertOperator.
-	ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string) error
+	ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string, audit *AuditEntry) error
 	Operators(ctx context.Context) ([]Operator, error)
 	// SetOperatorActive enables or disables an account and ends its
 	// sessions, if actorID is an active admin when it commits (EForbidden
 	// otherwise, and for ""). ErrNotFound for an unknown id.
-	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool) error
+	SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool, audit *AuditEntry) error
 	// SetOperatorRole changes an account's role, under the same condition
-	// on actorID as SetOperatorActive.
-	SetOperatorRole(ctx context.Context, actorID, operadorID string, papel Papel) error
+	// on actorID as SetOperatorActive. The entry's papel field gets the
+	// role it replaced, read in the same transaction.
+	SetOperatorRole(ctx context.Context, actorID, operadorID string, papel Papel, audit *AuditEntry) error
 }
 
 // Console login limits: after loginMaxFailures failed attempts within
@@ -105,6 +107,8 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	// The attempt counts before the slow bcrypt comparison, so concurrent
 	// guesses cannot all slip in before the first failure is recorded; a
 	// success gives the login's slot back.
+	// A rate-limited attempt is not recorded: it checked no password, and
+	// anyone could fill the trail with them. Every attempt that did is.
 	if wait := s.reserve(keys, now); wait > 0 {
 		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: fmt.Sprintf("muitas tentativas de login; tente de novo em %d minutos", int(wait.Minutes())+1)}
@@ -115,13 +119,19 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	}
 	if err != nil {
 		bcrypt.CompareHashAndPassword(dummyHash, []byte(senha))
+		// What was typed is not kept: a login that names no account may
+		// well be a password typed in the wrong field.
+		s.loginFailed(ctx, Actor{Tipo: ActorAnonimo, Endereco: client}, "login desconhecido")
 		return "", Operator{}, errBadLogin
 	}
+	who := Actor{Tipo: ActorOperador, ID: o.ID, Nome: o.Login, Papel: o.Papel, Endereco: client}
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
+		s.loginFailed(ctx, who, "senha incorreta")
 		return "", Operator{}, errBadLogin
 	}
 	s.release(keys, now) // the right password: no guess to count
 	if !o.Ativo {
+		s.loginFailed(ctx, who, "conta desativada")
 		// Said only to whoever knows the password: the owner, who should
 		// know why the door is closed.
 		return "", Operator{}, Errorf(EUnauthorized, "esta conta está desativada; fale com um administrador")
@@ -131,10 +141,19 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	if ttl <= 0 {
 		ttl = DefaultSessionTTL
 	}
-	if err := s.Store.InsertSession(ctx, hashToken(secret), o.ID, now.UTC(), now.Add(ttl).UTC()); err != nil {
+	audit := NewAudit(WithActor(ctx, who), AcaoLogin, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
+	if err := s.Store.InsertSession(ctx, hashToken(secret), o.ID, now.UTC(), now.Add(ttl).UTC(), audit); err != nil {
 		return "", Operator{}, err
 	}
 	return secret, o, nil
+}
+
+// loginFailed records a failed login on its own: there is no change to
+// join. Best effort, as every refusal (see recordRefusal).
+func (s *Sessions) loginFailed(ctx context.Context, who Actor, why string) {
+	e := NewAudit(WithActor(ctx, who), AcaoLoginFalhou, AuditTarget{Tipo: "operador", ID: who.ID, Nome: who.Nome})
+	e.Resultado, e.Codigo, e.Detalhe = AuditRecusado, EUnauthorized, why
+	s.Store.AppendAudit(context.WithoutCancel(ctx), *e)
 }
 
 // maxLoginKeys bounds the rate limiter's table: past it, the oldest
@@ -258,9 +277,21 @@ func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error)
 	return o, err
 }
 
-// Logout ends a session.
+// Logout ends a session. Its entry names the session's operator, who may
+// not be ctx's actor: a new login ends the session the browser held before.
 func (s *Sessions) Logout(ctx context.Context, secret string) error {
-	return s.Store.DeleteSession(ctx, hashToken(secret))
+	hash := hashToken(secret)
+	var audit *AuditEntry
+	o, err := s.Store.SessionOperator(ctx, hash, s.Now().UTC())
+	switch {
+	case err == nil:
+		who := Actor{Tipo: ActorOperador, ID: o.ID, Nome: o.Login, Papel: o.Papel, Endereco: ActorOf(ctx).Endereco}
+		audit = NewAudit(WithActor(ctx, who), AcaoLogout, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
+	case !errors.Is(err, ErrNotFound):
+		return err
+	}
+	// A session already gone is deleted again (a no-op) and recorded by no one.
+	return s.Store.DeleteSession(ctx, hash, audit)
 }
 
 // CSRF returns the session's CSRF token: an HMAC of its secret, so it needs
@@ -278,7 +309,9 @@ func (s *Sessions) CheckCSRF(secret, token string) bool {
 
 // ChangePassword sets a new password after checking the current one, and
 // ends the operator's other sessions.
-func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual, nova string) error {
+func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual, nova string) (err error) {
+	audit := NewAudit(ctx, AcaoOperadorSenhaTrocar, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	// The current password is the same secret a login guesses: a wrong one
 	// counts against the same limit, so a session left open is no way
 	// around it.
@@ -304,7 +337,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	if err != nil {
 		return err
 	}
-	return s.Store.SetOperatorPassword(ctx, o.ID, string(newHash), hashToken(secret))
+	return s.Store.SetOperatorPassword(ctx, o.ID, string(newHash), hashToken(secret), audit)
 }
 
 // ResetPassword gives the account o a new random password, returned once,
@@ -314,13 +347,15 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 // reset-password, actorID ""). The person should change it at
 // /conta/senha. Failed logins counted against the account are forgiven, in
 // this process.
-func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator) (string, error) {
+func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator) (_ string, err error) {
+	audit := NewAudit(ctx, AcaoOperadorSenhaRedefinir, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	senha := randomString(18)
 	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
 	if err != nil {
 		return "", err
 	}
-	err = s.Store.ResetOperatorPassword(ctx, actorID, o.ID, string(hash))
+	err = s.Store.ResetOperatorPassword(ctx, actorID, o.ID, string(hash), audit)
 	if errors.Is(err, ErrNotFound) {
 		return "", Errorf(ENotFound, "operador %s não existe", o.Login)
 	}
@@ -335,7 +370,9 @@ var loginPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{2,39}$`)
 
 // CreateOperator adds a console account on behalf of actorID, who must still
 // be an active admin when it commits ("" for the server's own operator).
-func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha string, papel Papel) (Operator, error) {
+func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha string, papel Papel) (_ Operator, err error) {
+	audit := NewAudit(ctx, AcaoOperadorCriar, AuditTarget{Tipo: "operador"})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	var bad []Detail
 	if !loginPattern.MatchString(login) {
 		bad = append(bad, Detail{"/login", "3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado"})
@@ -354,7 +391,8 @@ func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha str
 		return Operator{}, err
 	}
 	o := Operator{ID: uuid.Must(uuid.NewV7()).String(), Login: login, Papel: papel, CriadoEm: s.Now().UTC(), Ativo: true}
-	created, err := s.Store.InsertOperator(ctx, actorID, o, string(hash))
+	audit = operatorCreated(ctx, o)
+	created, err := s.Store.InsertOperator(ctx, actorID, o, string(hash), audit)
 	if err != nil {
 		return Operator{}, err
 	}
@@ -368,11 +406,17 @@ func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha str
 // SetActive enables or disables the account id on behalf of actor, who
 // must be an active admin when the change commits. Nobody disables their
 // own account: with that check, an active admin always remains.
-func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ativo bool) error {
+func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ativo bool) (err error) {
+	acao := AcaoOperadorAtivar
+	if !ativo {
+		acao = AcaoOperadorDesativar
+	}
+	audit := NewAudit(ctx, acao, AuditTarget{Tipo: "operador", ID: id}, Set("ativo", ativo))
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	if !ativo && id == actor.ID {
 		return Errorf(EConflict, "você não pode desativar a própria conta")
 	}
-	err := s.Store.SetOperatorActive(ctx, actor.ID, id, ativo)
+	err = s.Store.SetOperatorActive(ctx, actor.ID, id, ativo, audit)
 	if errors.Is(err, ErrNotFound) {
 		return Errorf(ENotFound, "operador %s não existe", id)
 	}
@@ -382,7 +426,9 @@ func (s *Sessions) SetActive(ctx context.Context, actor Operator, id string, ati
 // SetRole changes the role of the account id on behalf of actor, who must
 // be an active admin when the change commits. Nobody changes their own: an
 // admin who demoted themselves could leave no admin at all.
-func (s *Sessions) SetRole(ctx context.Context, actor Operator, id string, papel Papel) error {
+func (s *Sessions) SetRole(ctx context.Context, actor Operator, id string, papel Papel) (err error) {
+	audit := NewAudit(ctx, AcaoOperadorPapelAlterar, AuditTarget{Tipo: "operador", ID: id}, Set("papel", papel))
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	if !validOperatorRole(papel) {
 		return &Error{Code: EInvalid, Message: "papel inválido",
 			Details: []Detail{{"/papel", "deve ser admin, operador ou leitor"}}}
@@ -390,7 +436,7 @@ func (s *Sessions) SetRole(ctx context.Context, actor Operator, id string, papel
 	if id == actor.ID {
 		return Errorf(EConflict, "você não pode mudar o próprio papel")
 	}
-	err := s.Store.SetOperatorRole(ctx, actor.ID, id, papel)
+	err = s.Store.SetOperatorRole(ctx, actor.ID, id, papel, audit)
 	if errors.Is(err, ErrNotFound) {
 		return Errorf(ENotFound, "operador %s não existe", id)
 	}

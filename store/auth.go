@@ -10,11 +10,13 @@ import (
 )
 
 // InsertToken implements app.AuthStore.
-func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string) error {
+func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(`INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES (?, ?, ?, ?, ?)`,
-			t.ID, t.Nome, string(t.Papel), hash, ms(t.CriadoEm))
-		return err
+		if _, err := tx.Exec(`INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES (?, ?, ?, ?, ?)`,
+			t.ID, t.Nome, string(t.Papel), hash, ms(t.CriadoEm)); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
@@ -32,7 +34,7 @@ func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
 }
 
 // RevokeToken implements app.AuthStore.
-func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
+func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE api_token SET revogado_em = ? WHERE id = ? AND revogado_em IS NULL`, ms(at), id)
 		if err != nil {
@@ -41,12 +43,17 @@ func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		if audit != nil && audit.Alvo.Nome == "" {
+			if err := tx.QueryRow(`SELECT nome FROM api_token WHERE id = ?`, id).Scan(&audit.Alvo.Nome); err != nil {
+				return err
+			}
+		}
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
 // InsertOperator implements app.AuthStore; false when the login exists.
-func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator, senhaHash string) (bool, error) {
+func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator, senhaHash string, audit *app.AuditEntry) (bool, error) {
 	var created bool
 	err := db.do(ctx, func(tx *wtx) error {
 		if actorID != "" {
@@ -60,8 +67,10 @@ func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator
 			return err
 		}
 		n, _ := res.RowsAffected()
-		created = n == 1
-		return nil
+		if created = n == 1; !created {
+			return nil
+		}
+		return tx.audit(audit, ms(db.now()))
 	})
 	return created, err
 }

@@ -112,6 +112,11 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 				return err
 			}
 			out[i] = app.Stored{Event: stored, Created: created}
+			if created {
+				if err := tx.audit(p.Audit, ms(now)); err != nil {
+					return err
+				}
+			}
 			if !created || p.Outbox == nil {
 				continue
 			}

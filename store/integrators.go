@@ -59,14 +59,17 @@ func jsonList(v []string) string {
 }
 
 // InsertIntegrator implements app.IntegratorStore.
-func (db *DB) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string) error {
+func (db *DB) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		_, err := tx.Exec(`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
 			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			in.ID, in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
 			in.Ativo, in.MotivoInativo, sealedSecret, apiKeyHash, ms(in.CriadoEm), ms(in.AtualizadoEm))
-		return err
+		if err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
@@ -122,7 +125,7 @@ func (db *DB) Backlogs(ctx context.Context, ids ...string) (map[string]int, erro
 }
 
 // UpdateIntegrator implements app.IntegratorStore.
-func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
+func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		// falhando_desde is the dispatcher's to extend; an update only ever
 		// clears it (a reactivation).
@@ -137,12 +140,12 @@ func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
 // SetIntegratorSecret implements app.IntegratorStore.
-func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.IntegratorSecrets) error {
+func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.IntegratorSecrets, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE integrator SET segredo = ?, segredo_anterior = ?,
 			segredo_anterior_ate = ?, atualizado_em = ? WHERE id = ?`,
@@ -153,12 +156,12 @@ func (db *DB) SetIntegratorSecret(ctx context.Context, id string, s app.Integrat
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
 // SetIntegratorAPIKey implements app.IntegratorStore.
-func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string) error {
+func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`, hash, ms(db.now()), id)
 		if err != nil {
@@ -167,7 +170,7 @@ func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 

@@ -366,7 +366,7 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 
 // Resend implements app.OutboxStore: a dead letter goes back to pendente
 // with its body and sequence; a purged body cannot be resent.
-func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
+func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		var status string
 		var purged bool
@@ -383,14 +383,16 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time) error {
 		if purged {
 			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado")
 		}
-		_, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
-			quedas = 0 WHERE id = ?`, ms(now), id)
-		return err
+		if _, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
+			quedas = 0 WHERE id = ?`, ms(now), id); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
 	})
 }
 
 // ResendAll implements app.OutboxStore.
-func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time) (int, error) {
+func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
@@ -398,15 +400,17 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return tx.audit(audit.Counted(n), ms(db.now()))
 	})
 	return int(n), err
 }
 
 // DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
 // not yet due.
-func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time) (int, error) {
+func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *app.AuditEntry) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		if id > 0 {
@@ -439,8 +443,10 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 		if err != nil {
 			return fmt.Errorf("make deliveries due: %w", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return tx.audit(audit.Counted(n), ms(db.now()))
 	})
 	return int(n), err
 }

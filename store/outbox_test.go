@@ -16,7 +16,7 @@ func outboxFixture(t *testing.T, n int) (*dbWithClock, string) {
 	k := openWithClock(t)
 	in := app.Integrator{ID: "int-1", Nome: "CAD", CallbackURL: "https://cad.exemplo.gov.br", Ativo: true,
 		HostsPermitidos: []string{"cad.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: k.now, AtualizadoEm: k.now}
-	if err := k.db.InsertIntegrator(t.Context(), in, []byte("sealed"), "hash"); err != nil {
+	if err := k.db.InsertIntegrator(t.Context(), in, []byte("sealed"), "hash", nil); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
@@ -93,7 +93,7 @@ func TestClaimsHonourQuotas(t *testing.T) {
 	ctx := context.Background()
 	in := app.Integrator{ID: "int-2", Nome: "CAD 2", CallbackURL: "https://b.exemplo.gov.br", Ativo: true,
 		HostsPermitidos: []string{"b.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: k.now, AtualizadoEm: k.now}
-	if err := k.db.InsertIntegrator(ctx, in, []byte("sealed"), "hash2"); err != nil {
+	if err := k.db.InsertIntegrator(ctx, in, []byte("sealed"), "hash2", nil); err != nil {
 		t.Fatal(err)
 	}
 	ev := newEvent("a:b")
@@ -238,7 +238,7 @@ func TestResendKeepsTheAttemptCount(t *testing.T) {
 		}
 	}
 	page, _, _ := k.db.Deliveries(ctx, app.DeliveryFilter{Limite: 1})
-	if err := k.db.Resend(ctx, page[0].ID, now); err != nil {
+	if err := k.db.Resend(ctx, page[0].ID, now, nil); err != nil {
 		t.Fatal(err)
 	}
 	d, err := k.db.ClaimDeliveries(ctx, "w", now, time.Minute, []app.Quota{{Integrador: id, N: 1}})

@@ -387,11 +387,11 @@ func planSeed(t *testing.T, db *DB) planIDs {
 	}
 	for i := range 3 {
 		if err := db.InsertToken(ctx, app.Token{ID: fmt.Sprintf("tok-%d", i), Nome: "t", Papel: app.PapelLeitor,
-			CriadoEm: now}, fmt.Sprintf("hash-%d", i)); err != nil {
+			CriadoEm: now}, fmt.Sprintf("hash-%d", i), nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.InsertOperator(ctx, "", app.Operator{ID: fmt.Sprintf("op-%d", i), Login: fmt.Sprintf("login-%d", i),
-			Papel: app.PapelLeitor, CriadoEm: now}, "bcrypt"); err != nil {
+			Papel: app.PapelLeitor, CriadoEm: now}, "bcrypt", nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,7 @@ func scanTypeVersion(row scanner) (app.TypeVersion, error) {
 }
 
 // InsertTypeVersion implements app.RegistryStore.
-func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.TypeVersion, bool, error) {
+func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *app.AuditEntry) (app.TypeVersion, bool, error) {
 	redacao, err := json.Marshal(tv.Redacao)
 	if err != nil {
 		return tv, false, err
@@ -63,7 +63,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.Ty
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			created = true
-			return nil
+			return tx.audit(audit, ms(db.now()))
 		}
 		out, err = scanTypeVersion(tx.QueryRow(`SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
 			FROM registry WHERE tipo = ? AND versao = ?`, tv.Tipo, tv.Versao))
@@ -73,7 +73,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion) (app.Ty
 }
 
 // SetTypeStatus implements app.RegistryStore.
-func (db *DB) SetTypeStatus(ctx context.Context, tipo, versao, status string) error {
+func (db *DB) SetTypeStatus(ctx context.Context, tipo, versao, status string, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE registry SET status = ? WHERE tipo = ? AND versao = ?`, status, tipo, versao)
 		if err != nil {
@@ -82,6 +82,6 @@ func (db *DB) SetTypeStatus(ctx context.Context, tipo, versao, status string) er
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
-		return nil
+		return tx.audit(audit, ms(db.now()))
 	})
 }

@@ -296,19 +296,19 @@ func TestARevokedTokenIsNotFound(t *testing.T) {
 	db := mustOpen(t)
 	now := time.Now()
 	tok := app.Token{ID: "t1", Nome: "x", Papel: app.PapelLeitor, CriadoEm: now}
-	if err := db.InsertToken(t.Context(), tok, "h1"); err != nil {
+	if err := db.InsertToken(t.Context(), tok, "h1", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.TokenByHash(t.Context(), "h1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.RevokeToken(t.Context(), "t1", now); err != nil {
+	if err := db.RevokeToken(t.Context(), "t1", now, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.TokenByHash(t.Context(), "h1"); err != app.ErrNotFound {
 		t.Fatalf("a revoked token still authenticates: %v", err)
 	}
-	if err := db.RevokeToken(t.Context(), "t1", now); err != app.ErrNotFound {
+	if err := db.RevokeToken(t.Context(), "t1", now, nil); err != app.ErrNotFound {
 		t.Fatalf("revoking twice: %v", err)
 	}
 }

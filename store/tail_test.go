@@ -30,7 +30,7 @@ func tailSeed(t *testing.T, n int) (*DB, string) {
 	for _, id := range ids {
 		in := app.Integrator{ID: id, Nome: id, CallbackURL: "https://" + id + ".exemplo.gov.br", Ativo: true,
 			HostsPermitidos: []string{id + ".exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: now, AtualizadoEm: now}
-		if err := db.InsertIntegrator(ctx, in, []byte("sealed"), "hash-"+id); err != nil {
+		if err := db.InsertIntegrator(ctx, in, []byte("sealed"), "hash-"+id, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,12 +14,14 @@ import (
 )
 
 // apiResolver stands in for DNS, which tests cannot reach: public names
-// resolve to documentation addresses (TEST-NET), the others to the inside.
+// resolve to public unicast addresses (registro.br's, never dialed here:
+// documentation ranges are refused like every special-purpose range), the
+// others to the inside.
 var apiResolver = apiFakeDNS{
-	"cad.exemplo.gov.br":       {"203.0.113.10"},
-	"bombeiros.exemplo.gov.br": {"198.51.100.7", "2001:db8::7"},
+	"cad.exemplo.gov.br":       {"200.160.2.3"},
+	"bombeiros.exemplo.gov.br": {"200.160.4.6", "2001:12ff:0:4::6"},
 	"interno.exemplo.gov.br":   {"10.0.0.5"},
-	"rebind.exemplo.gov.br":    {"203.0.113.11", "127.0.0.1"},
+	"rebind.exemplo.gov.br":    {"200.160.2.4", "127.0.0.1"},
 	"cgnat.exemplo.gov.br":     {"100.64.1.1"},
 	"meta.exemplo.gov.br":      {"169.254.169.254"},
 }
@@ -58,7 +60,7 @@ func TestIntegratorsCadastro(t *testing.T) {
 		{"CGNAT is refused", apiNewIntegrator("https://cgnat.exemplo.gov.br/x", "cgnat.exemplo.gov.br"), "CGNAT", "/callback_url"},
 		{"link-local (cloud metadata) is refused", apiNewIntegrator("https://meta.exemplo.gov.br/x", "meta.exemplo.gov.br"), "link-local", "/callback_url"},
 		{"a literal loopback IP is refused", apiNewIntegrator("https://127.0.0.1/x", "127.0.0.1"), "loopback", "/callback_url"},
-		{"the unspecified address is refused", apiNewIntegrator("https://0.0.0.0/x", "0.0.0.0"), "não especificado", "/callback_url"},
+		{"the unspecified address is refused", apiNewIntegrator("https://0.0.0.0/x", "0.0.0.0"), "RFC 791", "/callback_url"},
 		{"IPv6 loopback is refused", apiNewIntegrator("https://[::1]/x", "::1"), "", "/hosts_permitidos/0"},
 		{"credentials in the URL are refused", apiNewIntegrator("https://u:p@cad.exemplo.gov.br/x", "cad.exemplo.gov.br"), "usuário", "/callback_url"},
 		{"a malformed backoff is refused", map[string]any{"nome": "x", "callback_url": "https://cad.exemplo.gov.br/x",

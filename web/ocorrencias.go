@@ -26,7 +26,8 @@ func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request,
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		h(w, r, in)
+		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: remoteAddr(r)})
+		h(w, r.WithContext(ctx), in)
 	})
 }
 

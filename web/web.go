@@ -37,6 +37,9 @@ type Server struct {
 	Deliveries  *app.Deliveries
 	// Ocorrencias is the ocorrência plugin: commands and projection.
 	Ocorrencias *ocorrencia.Service
+	// Audit is the audit trail (SPEC 10): read at /api/auditoria, and told
+	// of the changes refused here before any service runs.
+	Audit *app.AuditTrail
 	// Console serves every path outside /api/ that no API route takes.
 	Console  http.Handler
 	Logger   *slog.Logger
@@ -91,6 +94,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/ocorrencias/{id}/status", s.command(s.setOcorrenciaStatus))
 	mux.HandleFunc("GET /api/ocorrencias", s.listOcorrencias)
 	mux.HandleFunc("GET /api/ocorrencias/{id}", s.getOcorrencia)
+
+	mux.Handle("GET /api/auditoria", s.authed(admin, s.listAudit))
+	mux.Handle("GET /api/auditoria/exportar", s.authed(admin, s.exportAudit))
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -152,12 +158,18 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		// The token is the author of whatever the request changes.
+		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorToken, ID: t.ID, Nome: t.Nome, Papel: t.Papel,
+			Endereco: remoteAddr(r)})
 		if err := app.Allow(t, roles...); err != nil {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				s.Audit.Refused(ctx, app.AcaoAcessoNegado, routeTarget(r), err)
+			}
 			s.fail(w, r, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+		h(w, r.WithContext(context.WithValue(ctx, tokenKey{}, t)))
 	})
 }
 

@@ -327,7 +327,7 @@ func TestConsoleAdminIntegradores(t *testing.T) {
 		if msg := text(t, ctx, `p.aviso-ok`); msg != "Alterações salvas." {
 			t.Fatalf("flash %q", msg)
 		}
-		if v := text(t, ctx, `dl.ficha`); !strings.Contains(v, "ocorrencia:*") || strings.Contains(v, "integracao:*") {
+		if v := text(t, ctx, `.grade-integrador dl.ficha`); !strings.Contains(v, "ocorrencia:*") || strings.Contains(v, "integracao:*") {
 			t.Fatalf("eventos not saved: %q", v)
 		}
 	})
@@ -394,11 +394,11 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	screenshot(t, ctx, "registro-tipo")
 
 	do(t, ctx, "deprecate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)))
-	askedOnce(t, ctx, "Deprecar jornada:iniciada@1.0.0?")
-	if msg := text(t, ctx, `p.aviso-ok`); !strings.Contains(msg, "jornada:iniciada@1.0.0 deprecada") {
+	askedOnce(t, ctx, "Descontinuar jornada:iniciada@1.0.0?")
+	if msg := text(t, ctx, `p.aviso-ok`); !strings.Contains(msg, "jornada:iniciada@1.0.0 descontinuada") {
 		t.Fatalf("flash %q", msg)
 	}
-	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "deprecado" {
+	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "descontinuado" {
 		t.Fatalf("badge %q", b)
 	}
 	do(t, ctx, "reactivate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)),
@@ -518,7 +518,7 @@ func TestConsoleOperadorLeitor(t *testing.T) {
 		if b := text(t, ctx, `h1 .selo`); b != "ativo" {
 			t.Fatalf("badge %q", b)
 		}
-		if strings.Contains(text(t, ctx, `dl.ficha`), "127.0.0.1:9") {
+		if strings.Contains(text(t, ctx, `.grade-integrador dl.ficha`), "127.0.0.1:9") {
 			t.Fatal("a forged edit changed the callback")
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -132,7 +133,7 @@ func tokenRevokeCmd(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	auth := &app.Auth{Store: db, Now: time.Now}
-	if err := auth.RevokeToken(ctx, *id); err != nil {
+	if err := auth.RevokeToken(cliContext(ctx), *id); err != nil {
 		return err
 	}
 	fmt.Printf("token %s revogado; servidores em execução o recusam em até 30 s\n", *id)
@@ -151,13 +152,28 @@ func createToken(ctx context.Context, out io.Writer, data string, papel app.Pape
 	}
 	defer db.Close()
 	auth := &app.Auth{Store: db, Now: time.Now}
-	secret, t, err := auth.CreateToken(ctx, papel, nome)
+	secret, t, err := auth.CreateToken(cliContext(ctx), papel, nome)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "token %s (papel %s, nome %q) criado; guarde-o agora, ele não será mostrado de novo:\n", t.ID, t.Papel, t.Nome)
 	fmt.Fprintln(out, secret)
 	return nil
+}
+
+// cliContext names the command's author in the audit trail: whoever runs
+// geohub on the server's machine, by their OS account. It is not an
+// authentication (anyone who can read the data directory can change it);
+// it is who the machine says ran the command.
+func cliContext(ctx context.Context) context.Context {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "desconhecido"
+	}
+	return app.WithActor(ctx, app.Actor{Tipo: app.ActorCLI, ID: name, Nome: name, Endereco: "local"})
 }
 
 // openExisting opens the data directory of a server that has run: the
@@ -202,7 +218,7 @@ func resetPassword(ctx context.Context, out io.Writer, data, login string) error
 		return err
 	}
 	sessions := &app.Sessions{Store: db, Now: time.Now}
-	senha, err := sessions.ResetPassword(ctx, "", o)
+	senha, err := sessions.ResetPassword(cliContext(ctx), "", o)
 	if err != nil {
 		return err
 	}

@@ -306,13 +306,15 @@ func (m *Main) Run(ctx context.Context) error {
 	}()
 	queries := &app.Queries{Log: db, Store: db}
 	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
+	audit := &app.AuditTrail{Store: db}
 	cons := &console.Console{
 		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
 		Queries:  queries, Deliveries: deliveries, Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias,
 		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
-		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db,
+		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db, Audit: audit,
 	}
 	srv := &web.Server{
+		Audit:       audit,
 		Console:     cons.Handler(),
 		Publisher:   publisher,
 		Ocorrencias: ocorrencias,

@@ -65,9 +65,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.showLogin(w, r, status, f)
 		return
 	}
-	// A new login replaces the session this browser held, if any.
+	// A new login replaces the session this browser held, if any; its end
+	// is recorded from this address.
 	if old, err := r.Cookie(sessionCookie); err == nil && old.Value != "" {
-		if err := c.Sessions.Logout(r.Context(), old.Value); err != nil {
+		if err := c.Sessions.Logout(app.WithActor(r.Context(), app.Actor{Endereco: client}), old.Value); err != nil {
 			c.Logger.Warn("end the previous session", "err", err)
 		}
 	}

@@ -16,9 +16,9 @@ type bar struct {
 
 const chartW, chartH = 600.0, 120.0
 
-// minuteBars lays the events per minute out as columns scaled to the
-// busiest minute.
-func minuteBars(ms []app.MinuteCount) (bars []bar, peak int64) {
+// eventBars lays the events per bucket (a minute, an hour, six hours) out
+// as columns scaled to the busiest one.
+func eventBars(ms []app.MinuteCount, bucket time.Duration) (bars []bar, peak int64) {
 	for _, m := range ms {
 		peak = max(peak, m.N)
 	}
@@ -35,9 +35,18 @@ func minuteBars(ms []app.MinuteCount) (bars []bar, peak int64) {
 			h = 2
 		}
 		bars = append(bars, bar{X: f1(float64(i) * w), Y: f1(chartH - h), W: f1(w * 0.8), H: f1(h),
-			Title: fmt.Sprintf("%s: %d eventos", m.Minuto.In(brt).Format("15:04"), m.N)})
+			Title: fmt.Sprintf("%s: %s eventos", bucketLabel(m.Minuto, bucket), num(m.N))})
 	}
 	return bars, peak
+}
+
+// bucketLabel names a column: its minute, or its span of hours.
+func bucketLabel(start time.Time, bucket time.Duration) string {
+	from, to := start.In(brt), start.Add(bucket).In(brt)
+	if bucket <= time.Minute {
+		return from.Format("15:04")
+	}
+	return from.Format("02/01 15:04") + "–" + to.Format("15:04")
 }
 
 // sparkline draws gauge samples as a polyline over the last hour.

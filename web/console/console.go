@@ -50,6 +50,9 @@ type Console struct {
 	// and reads the list (its Changed notifier wakes the live list).
 	Ocorrencias *ocorrencia.Service
 	Stats       *app.Stats
+	// Audit is the audit trail: the /auditoria page reads it, and the
+	// changes refused here (role, CSRF) are told to it.
+	Audit *app.AuditTrail
 	// The live tails (tail.go): the notifiers wake them after a commit of
 	// events and of delivery attempts; Attempts reads the attempts.
 	EventsChanged   *app.Notifier
@@ -115,6 +118,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /entregas/{id}", c.authed(readers, c.delivery))
 	mux.Handle("POST /entregas/{id}/reenviar", c.authed(operators, c.resend))
 	mux.Handle("POST /entregas/reenviar", c.authed(operators, c.resendAll))
+	mux.Handle("POST /entregas/{id}/tentar-agora", c.authed(operators, c.retryDeliveryNow))
 	mux.Handle("GET /dlq", c.authed(readers, c.dlq))
 	mux.Handle("POST /dlq/reprocessar", c.authed(operators, c.reprocess))
 	mux.Handle("GET /ws/eventos", c.authed(readers, c.eventsTail))
@@ -128,7 +132,9 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /ocorrencias/{id}/despachos/{despachoId}/status", c.authed(operators, c.setDespachoStatus))
 	mux.Handle("POST /ocorrencias/{id}/status", c.authed(operators, c.setOcorrenciaStatus))
 	mux.Handle("GET /ws/ocorrencias", c.authed(readers, c.ocorrenciasLive))
-	// Integrators, registry and operators: every POST is admin-only.
+	// "Tentar agora" acts on deliveries, like a resend: operators too.
+	mux.Handle("POST /integradores/{id}/tentar-agora", c.authed(operators, c.retryIntegratorNow))
+	// Integrators, registry and operators: every other POST is admin-only.
 	mux.Handle("GET /integradores", c.authed(readers, c.integrators))
 	mux.Handle("GET /integradores/novo", c.authed(admins, c.newIntegratorPage))
 	mux.Handle("POST /integradores", c.authed(admins, c.createIntegrator))
@@ -146,7 +152,59 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
 	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
 	mux.Handle("POST /operadores/{id}/papel", c.authed(admins, c.setOperatorRole))
-	return securityHeaders(mux)
+	mux.Handle("GET /auditoria", c.authed(admins, c.auditPage))
+	return securityHeaders(c.unrouted(mux))
+}
+
+// unrouted answers what no route takes with a page in the layout, in
+// pt-BR, instead of the mux's bare "404 page not found": 404, or 405 with
+// the mux's Allow header for a path that exists for another method.
+func (c *Console) unrouted(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		verdict := &headerOnly{header: http.Header{}}
+		mux.ServeHTTP(verdict, r)
+		// The menu shows for a signed-in operator; nobody is sent to
+		// /login for a page that does not exist.
+		s := c.optionalSession(r)
+		if verdict.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", verdict.header.Get("Allow"))
+			p := page{Title: "Ação não disponível", S: s, Insecure: c.Insecure}
+			c.render(w, r, http.StatusMethodNotAllowed, notFoundPage(p, http.StatusMethodNotAllowed, "Ação não disponível",
+				"Este endereço existe, mas não para este tipo de pedido: use os botões e formulários do console.", r.URL.Path))
+			return
+		}
+		p := page{Title: "Página não encontrada", S: s, Insecure: c.Insecure}
+		c.render(w, r, http.StatusNotFound, notFoundPage(p, http.StatusNotFound, "Página não encontrada",
+			"O console não tem uma página neste endereço. Confira o endereço digitado ou siga pelo menu.", r.URL.Path))
+	})
+}
+
+// headerOnly records a handler's status and headers and drops its body.
+type headerOnly struct {
+	header http.Header
+	status int
+}
+
+func (h *headerOnly) Header() http.Header         { return h.header }
+func (h *headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerOnly) WriteHeader(status int)      { h.status = status }
+
+// optionalSession is the request's signed-in operator, or nil: for pages
+// that show to anyone, such as the 404.
+func (c *Console) optionalSession(r *http.Request) *session {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil || ck.Value == "" {
+		return nil
+	}
+	op, err := c.Sessions.Resolve(r.Context(), ck.Value)
+	if err != nil {
+		return nil
+	}
+	return &session{op: op, secret: ck.Value, csrf: c.Sessions.CSRF(ck.Value)}
 }
 
 func securityHeaders(next http.Handler) http.Handler {
@@ -199,18 +257,28 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			return
 		}
 		s := &session{op: op, secret: ck.Value, csrf: c.Sessions.CSRF(ck.Value)}
+		// The signed-in operator is the author of whatever the request changes.
+		addr, _ := c.client(r)
+		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorOperador, ID: op.ID, Nome: op.Login, Papel: op.Papel, Endereco: addr})
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 			if !c.Sessions.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
-				c.forbidden(w, r, s, "O formulário expirou ou não veio desta página (token CSRF inválido). Recarregue a página e tente de novo.")
+				const msg = "O formulário expirou ou não veio desta página (token CSRF inválido). Recarregue a página e tente de novo."
+				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
+					app.Errorf(app.EForbidden, "token CSRF inválido"))
+				c.forbidden(w, r, s, msg)
 				return
 			}
 		}
 		if !allowed(s, roles) {
+			if r.Method == http.MethodPost {
+				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
+					app.Errorf(app.EForbidden, "o papel %s não permite esta ação", op.Papel))
+			}
 			c.forbidden(w, r, s, "Seu papel ("+string(op.Papel)+") não permite esta ação.")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+		h(w, r.WithContext(context.WithValue(ctx, sessionKey{}, s)))
 	})
 }
 

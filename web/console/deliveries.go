@@ -7,11 +7,14 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
 
 	"geohub/app"
 )
 
-var deliveryFields = []string{"status", "integrador", "tipo", "agregado"}
+var deliveryFields = []string{"status", "integrador", "tipo", "agregado", "event_id"}
 
 // The words operators use for delivery statuses.
 var deliveryStatuses = []struct{ Value, Label string }{
@@ -41,6 +44,14 @@ func deliveryQuery(r *http.Request) (listQuery, app.DeliveryFilter) {
 	if f.Status != "" && !slices.ContainsFunc(deliveryStatuses, func(s struct{ Value, Label string }) bool { return s.Value == f.Status }) {
 		l.Errors["status"] = "escolha uma situação da lista"
 	}
+	if v := l.V("event_id"); v != "" {
+		id, err := uuid.Parse(v)
+		if err != nil || len(v) != 36 {
+			l.Errors["event_id"] = "deve ser um UUID, como 0199bb3e-0000-7000-8000-00000000004a"
+		} else {
+			f.EventID = id.String()
+		}
+	}
 	return l, f
 }
 
@@ -61,7 +72,7 @@ type deliveriesView struct {
 func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	l, f := deliveryQuery(r)
-	v := deliveriesView{Q: l, Volta: r.URL.RequestURI(), TailURL: l.tailURL("/ws/entregas", "integrador", "tipo", "agregado")}
+	v := deliveriesView{Q: l, Volta: r.URL.RequestURI(), TailURL: l.tailURL("/ws/entregas", "integrador", "tipo", "agregado", "event_id")}
 	var err error
 	if c.Integrators != nil {
 		if v.Integrators, err = c.Integrators.List(ctx); err != nil {
@@ -95,16 +106,14 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		v.De = min(v.De, max(de, v.De-tailBatch))
 	}
-	count := f
-	count.Limite = 1
-	first, err := c.Deliveries.List(ctx, count)
-	if err != nil {
-		c.fail(w, r, err)
-		return
-	}
-	v.Pager = v.Q.pages(first.Total, "/entregas")
-	if off, n := newestFirst(first.Total, v.Q.Limite, v.Q.Pagina); n > 0 {
-		f.Limite, f.Deslocamento = n, off
+	// Newest first by id, from the cursor: rows created meanwhile are above
+	// the page, never pushed into it.
+	pg := &v.Pager
+	pg.Older, pg.Newer = -1, -1
+	f.Limite = l.Limite
+	var older string // the cursor below the page
+	if l.Apos > 0 {
+		f.IDInicio = l.Apos + 1
 		page, err := c.Deliveries.List(ctx, f)
 		if err != nil {
 			c.fail(w, r, err)
@@ -112,7 +121,31 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Rows = page.Linhas
 		slices.Reverse(v.Rows)
+		pg.Head, pg.Newer = page.Total <= len(v.Rows), page.Total-len(v.Rows)
+		lo := l.Apos + 1
+		if len(v.Rows) > 0 {
+			lo = v.Rows[len(v.Rows)-1].ID
+		}
+		if lo > 1 {
+			older = strconv.FormatInt(lo-1, 10)
+		}
+		pg.Total = page.Total
+	} else {
+		f.Desc, f.IDFim = true, l.Ate
+		page, err := c.Deliveries.List(ctx, f)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		v.Rows = page.Linhas
+		pg.Head, pg.Total, pg.Older, older = l.Ate == 0, page.Total, page.Total-len(v.Rows), page.Proximo
 	}
+	lo, hi := l.Ate, l.Ate
+	if len(v.Rows) > 0 {
+		hi, lo = v.Rows[0].ID, v.Rows[len(v.Rows)-1].ID
+	}
+	pg.Shown = len(v.Rows)
+	v.Q.keysetLinks(pg, "/entregas", lo, hi, older)
 	c.render(w, r, http.StatusOK, deliveriesPage(c.page(r, "Entregas", "entregas"), v))
 }
 
@@ -138,9 +171,13 @@ func (c *Console) attemptsTail(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, after, false, err
 			}
-			lines := make([]tailLine, len(recs))
-			for i, rec := range recs {
-				lines[i] = tailLine{seq: rec.ID, row: attemptRow(rec, names)}
+			var lines []tailLine
+			for _, rec := range recs {
+				// The event id is not the store's filter: the cursor still
+				// moves past the attempts it leaves out.
+				if f.EventID == "" || rec.Delivery.EventID == f.EventID {
+					lines = append(lines, tailLine{seq: rec.ID, row: attemptRow(rec, names)})
+				}
 			}
 			return lines, cursor, len(recs) == tailBatch, nil
 		},
@@ -150,6 +187,9 @@ func (c *Console) attemptsTail(w http.ResponseWriter, r *http.Request) {
 type deliveryView struct {
 	D    app.DeliveryDetail
 	Name string
+	// Held says why a pending delivery is not leaving: its integrator's
+	// circuit is open ("" when it is closed).
+	Held string
 }
 
 func parseDeliveryID(r *http.Request) (int64, error) {
@@ -172,7 +212,15 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Corpo = nil // the envelope carries the full, unredacted payload: never on a page
-	v := deliveryView{D: d, Name: integratorName(c.integratorNames(r.Context()), d.Integrador)}
+	v := deliveryView{D: d, Name: d.Integrador}
+	if c.Integrators != nil {
+		if in, err := c.Integrators.Get(r.Context(), d.Integrador); err == nil {
+			v.Name = in.Nome
+			if d.Status == app.EntregaPendente && circuitState(in) != app.CircuitoFechado {
+				v.Held = circuitText(in, c.Now())
+			}
+		}
+	}
 	c.render(w, r, http.StatusOK, deliveryPage(c.page(r, fmt.Sprintf("Entrega #%d", id), "entregas"), v))
 }
 
@@ -195,11 +243,11 @@ func backTo(r *http.Request, fallback string) string {
 	return u.RequestURI()
 }
 
-// afterResend is where a resend goes back to. The list's tail restarts
-// from the attempt recorded last before the resend, so the attempt the
-// resend causes shows there however fast it is.
-func (c *Console) afterResend(r *http.Request, before int64) string {
-	back := backTo(r, "/entregas")
+// afterAction is where a resend or a "Tentar agora" goes back to. The
+// list's tail restarts from the attempt recorded last before the action,
+// so the attempt it causes shows there however fast it is.
+func (c *Console) afterAction(r *http.Request, fallback string, before int64) string {
+	back := backTo(r, fallback)
 	u, err := url.Parse(back)
 	if err != nil || u.Path != "/entregas" || c.Attempts == nil {
 		return back
@@ -233,7 +281,37 @@ func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	c.redirect(w, r, c.afterResend(r, before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
+	c.redirect(w, r, c.afterAction(r, "/entregas", before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
+}
+
+// retryDeliveryNow is a pending delivery's "Tentar agora": app makes it
+// due now. An open circuit still holds it until its probe, and the notice
+// says so, pointing at the integrator's own "Tentar agora".
+func (c *Console) retryDeliveryNow(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, err := parseDeliveryID(r)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	before, err := c.lastAttempt(ctx)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d, err := c.Deliveries.RetryDeliveryNow(ctx, id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	msg := fmt.Sprintf("Entrega #%d adiantada: sai agora, na ordem do seu agregado.", id)
+	if c.Integrators != nil {
+		if in, err := c.Integrators.Get(ctx, d.Integrador); err == nil && circuitState(in) != app.CircuitoFechado {
+			msg = fmt.Sprintf("Entrega #%d adiantada, mas o circuito de %s está aberto: ela sai quando o receptor for testado de novo (%s). “Tentar agora” na página do integrador fecha o circuito.",
+				id, in.Nome, circuitText(in, c.Now()))
+		}
+	}
+	c.redirect(w, r, c.afterAction(r, "/entregas/"+strconv.FormatInt(id, 10), before), msg)
 }
 
 func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
@@ -261,7 +339,7 @@ func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
 	case n > 1:
 		msg = fmt.Sprintf("%s entregas com falha para %s reenviadas.", num(int64(n)), name)
 	}
-	c.redirect(w, r, c.afterResend(r, before), msg)
+	c.redirect(w, r, c.afterAction(r, "/entregas", before), msg)
 }
 
 // lastAnswer says how the last attempt went, in a few words.
@@ -277,6 +355,48 @@ func lastAnswer(d app.Delivery) string {
 	return "—"
 }
 
+// answerParts splits the last answer for a narrow cell: the HTTP code, and
+// the explanation without what the code already says or the network's raw
+// text (both stay in the cell's title and on the delivery's page).
+func answerParts(d app.Delivery) (code, reason string) {
+	if d.UltimoStatus != 0 {
+		code = "HTTP " + strconv.Itoa(d.UltimoStatus)
+	}
+	reason, _ = splitDetail(d.UltimoErro)
+	if d.UltimoStatus != 0 {
+		reason = strings.TrimPrefix(reason, "o receptor respondeu "+strconv.Itoa(d.UltimoStatus))
+		reason = strings.TrimLeft(reason, ":; ")
+	}
+	if code == "" && reason == "" {
+		reason = lastAnswer(d)
+	}
+	return code, reason
+}
+
+// splitDetail separates an attempt's error in pt-BR from Go's own text,
+// which app keeps after it as "(detalhe: …)" for whoever debugs the network.
+func splitDetail(msg string) (reason, detail string) {
+	const open = " (detalhe: "
+	i := strings.Index(msg, open)
+	if i < 0 {
+		return msg, ""
+	}
+	// The detail ends at the parenthesis that closes it: what app adds
+	// after it ("; tentativas esgotadas (3)") has parentheses of its own.
+	depth := 1
+	for j := i + len(open); j < len(msg); j++ {
+		switch msg[j] {
+		case '(':
+			depth++
+		case ')':
+			if depth--; depth == 0 {
+				return msg[:i] + msg[j+1:], msg[i+len(open) : j]
+			}
+		}
+	}
+	return msg[:i], msg[i+len(open):]
+}
+
 // attemptResult is one attempt's outcome, in a few words.
 func attemptResult(a app.Attempt) string {
 	switch {
@@ -286,6 +406,16 @@ func attemptResult(a app.Attempt) string {
 		return "HTTP " + strconv.Itoa(a.StatusCode)
 	}
 	return "sem resposta"
+}
+
+// attemptShort is an attempt's outcome for a line of the live list: the
+// code or the reason in pt-BR, without the network's raw text.
+func attemptShort(a app.Attempt) string {
+	if a.Erro != "" {
+		reason, _ := splitDetail(a.Erro)
+		return reason
+	}
+	return attemptResult(a)
 }
 
 // attemptNext says what follows a failed attempt, as the delivery stood

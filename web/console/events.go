@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -23,11 +24,14 @@ const (
 )
 
 // listQuery is a list page's filters as typed, with a finding per field,
-// plus its paging.
+// plus its page size and its keyset cursor.
 type listQuery struct {
 	form
 	Limite int
-	Pagina int
+	// Ate and Apos are the cursor of a list shown newest first: Ate shows
+	// the newest rows with a key up to it (the older pages), Apos the rows
+	// just above it (back towards the newest). Neither is the first page.
+	Ate, Apos int64
 	// Filters are the non-empty filters, in the order of fields, for links
 	// that keep them.
 	Filters url.Values
@@ -55,14 +59,18 @@ func parseList(r *http.Request, fields ...string) listQuery {
 			l.Limite = n
 		}
 	}
-	l.Pagina = 1
-	if v := q.Get("pagina"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			l.Error = "Página inválida: use um número a partir de 1."
-		} else {
-			l.Pagina = n
+	for k, dst := range map[string]*int64{"ate": &l.Ate, "apos": &l.Apos} {
+		if v := q.Get(k); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				l.Error = "Cursor de página inválido: volte à primeira página."
+			} else {
+				*dst = n
+			}
 		}
+	}
+	if l.Ate > 0 && l.Apos > 0 {
+		l.Error = "Cursor de página inválido: volte à primeira página."
 	}
 	return l
 }
@@ -71,8 +79,9 @@ func (l listQuery) invalid() bool { return l.Error != "" || len(l.Errors) > 0 }
 
 func (l listQuery) filtered() bool { return len(l.Filters) > 0 }
 
-// link is the list's URL for another page, keeping filters and page size.
-func (l listQuery) link(path string, pagina int) string {
+// link is the list's URL with its filters and page size, at a cursor
+// (ate or apos, and its value; none for the first page).
+func (l listQuery) link(path, cursor string, at int64) string {
 	v := url.Values{}
 	for k, vs := range l.Filters {
 		v[k] = vs
@@ -80,8 +89,8 @@ func (l listQuery) link(path string, pagina int) string {
 	if l.Limite != defaultPageSize {
 		v.Set("limite", strconv.Itoa(l.Limite))
 	}
-	if pagina > 1 {
-		v.Set("pagina", strconv.Itoa(pagina))
+	if cursor != "" {
+		v.Set(cursor, strconv.FormatInt(at, 10))
 	}
 	if len(v) == 0 {
 		return path
@@ -104,65 +113,130 @@ func (l listQuery) tailURL(path string, keys ...string) string {
 	return path + "?" + v.Encode()
 }
 
-// pager is what the paging links need.
+// pager is what a keyset page says about itself and its neighbours. Keys
+// are event sequences or delivery ids; the page shows them newest first.
 type pager struct {
-	Pagina, Paginas int
-	Total           int
-	First, Last     int // positions shown, counted from the newest, 1-based
-	Newer, Older    string
+	Head bool // the first page: nothing newer when it was read
+	// Total counts the rows matching the filters on the first page.
+	Total int
+	// From and To are the page's lowest and highest key; Older and Newer
+	// how many matching rows lie below and above it, -1 when unknown.
+	From, To     int64
+	Shown        int
+	Older, Newer int
+	// OlderURL and NewerURL are the neighbour pages, "" when there is none.
+	OlderURL, NewerURL string
+	// Key is what a key is called ("sequências", "entregas #").
+	Key string
 }
 
-// newestFirst places page p (1 = newest) of a list the store returns oldest
-// first. Offsets from the oldest never change as rows are appended, so the
-// page is counted back from the total.
-func newestFirst(total, limite, pagina int) (offset, n int) {
-	end := total - (pagina-1)*limite
-	if end <= 0 {
-		return 0, 0
-	}
-	start := max(end-limite, 0)
-	return start, end - start
+// listWords are how a list names its rows, its keys and its neighbour
+// pages, each in its gender (eventos, entregas).
+type listWords struct {
+	Singular, Plural string // "evento", "eventos"
+	KeyOne, KeyMany  string // "sequência", "sequências"
+	KeyPrefix        string // "#" before a delivery id
+	Older, Newer     string // the links: "Mais antigos", "Mais recentes"
+	OlderN, Recentes string // after a count: "mais antigos", "mais recentes"
+	None             string // a page without rows
 }
 
-func (l *listQuery) pages(total int, path string) pager {
-	paginas := max(1, (total+l.Limite-1)/l.Limite)
-	// A page that no longer exists (filters narrowed) shows the last one.
-	l.Pagina = min(l.Pagina, paginas)
-	pg := pager{Pagina: l.Pagina, Paginas: paginas, Total: total}
-	if total > 0 {
-		pg.First = (l.Pagina-1)*l.Limite + 1
-		pg.Last = min(l.Pagina*l.Limite, total)
-	}
-	if l.Pagina > 1 {
-		pg.Newer = l.link(path, l.Pagina-1)
-	}
-	if l.Pagina < paginas {
-		pg.Older = l.link(path, l.Pagina+1)
-	}
-	return pg
-}
+var (
+	eventWords = listWords{Singular: "evento", Plural: "eventos", KeyOne: "sequência", KeyMany: "sequências",
+		Older: "Mais antigos", Newer: "Mais recentes", OlderN: "mais antigos", Recentes: "mais recentes", None: "Nenhum evento aqui."}
+	deliveryWords = listWords{Singular: "entrega", Plural: "entregas", KeyOne: "entrega", KeyMany: "entregas", KeyPrefix: "#",
+		Older: "Mais antigas", Newer: "Mais recentes", OlderN: "mais antigas", Recentes: "mais recentes", None: "Nenhuma entrega aqui."}
+)
 
-var eventFields = []string{"tipo", "origem", "agregado", "correlacao_id"}
-
-// eventQuery reads the events page's filters; the tail reads the same ones.
-func eventQuery(r *http.Request) (listQuery, app.EventFilter) {
-	l := parseList(r, eventFields...)
-	f := app.EventFilter{Tipo: l.V("tipo"), Origem: l.V("origem"), Agregado: l.V("agregado")}
-	if v := l.V("correlacao_id"); v != "" {
-		id, err := uuid.Parse(v)
-		if err != nil || len(v) != 36 {
-			l.Errors["correlacao_id"] = "deve ser um UUID, como 0199bb3e-0000-7000-8000-00000000004a"
-		} else {
-			f.CorrelacaoID = id.String() // stored lower-case
+// pagerText says where a page is: which keys it shows and, where known,
+// how many rows lie below it (or, on the first page, how many there were).
+func pagerText(pg pager, w listWords) string {
+	if pg.Shown == 0 {
+		return w.None
+	}
+	keys := w.KeyOne + " " + w.KeyPrefix + seq(pg.To)
+	if pg.From != pg.To {
+		keys = w.KeyMany + " " + w.KeyPrefix + seq(pg.From) + "–" + w.KeyPrefix + seq(pg.To)
+	}
+	count := func(n int) string {
+		if n == 1 {
+			return "1 " + w.Singular
+		}
+		return num(int64(n)) + " " + w.Plural
+	}
+	var parts []string
+	switch {
+	case pg.Head && pg.Total <= pg.Shown:
+		parts = append(parts, count(pg.Shown), keys)
+	case pg.Head:
+		parts = append(parts, num(int64(pg.Shown))+" "+w.Recentes+" de "+count(pg.Total)+" ao abrir a página", keys)
+	default:
+		parts = append(parts, strings.ToUpper(keys[:1])+keys[1:])
+		if pg.Newer > 0 {
+			parts = append(parts, num(int64(pg.Newer))+" "+w.Recentes+" acima")
+		}
+		if pg.Older >= 0 {
+			parts = append(parts, num(int64(pg.Older))+" "+w.OlderN+" abaixo")
 		}
 	}
-	return l, f
+	return strings.Join(parts, " · ")
+}
+
+// keysetLinks fills in the neighbours of a page of rows whose keys run from
+// lo to hi: older continues below lo (the page's Proximo when the store
+// gave one), newer above hi.
+func (l listQuery) keysetLinks(pg *pager, path string, lo, hi int64, older string) {
+	if older != "" {
+		if n, err := strconv.ParseInt(older, 10, 64); err == nil && n > 0 {
+			pg.OlderURL = l.link(path, "ate", n)
+		}
+	}
+	if !pg.Head {
+		pg.NewerURL = l.link(path, "apos", hi)
+	}
+	pg.From, pg.To = lo, hi
+}
+
+var eventFields = []string{"tipo", "origem", "agregado", "correlacao_id", "timestamp_inicio", "timestamp_fim", "event_id"}
+
+// eventQuery reads the events page's filters; the tail reads the same ones.
+// The event id is not an EventFilter field: it names one event, which the
+// page reads alone.
+func eventQuery(r *http.Request) (l listQuery, f app.EventFilter, eventID string) {
+	l = parseList(r, eventFields...)
+	f = app.EventFilter{Tipo: l.V("tipo"), Origem: l.V("origem"), Agregado: l.V("agregado")}
+	for k, id := range map[string]*string{"correlacao_id": &f.CorrelacaoID, "event_id": &eventID} {
+		if v := l.V(k); v != "" {
+			u, err := uuid.Parse(v)
+			if err != nil || len(v) != 36 {
+				l.Errors[k] = "deve ser um UUID, como 0199bb3e-0000-7000-8000-00000000004a"
+			} else {
+				*id = u.String() // stored lower-case
+			}
+		}
+	}
+	for k, t := range map[string]*time.Time{"timestamp_inicio": &f.TimestampInicio, "timestamp_fim": &f.TimestampFim} {
+		if v := l.V(k); v != "" {
+			if at, ok := parsePeriod(v); ok {
+				*t = at
+			} else {
+				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
+			}
+		}
+	}
+	if !f.TimestampInicio.IsZero() && !f.TimestampFim.IsZero() && f.TimestampFim.Before(f.TimestampInicio) {
+		l.Errors["timestamp_fim"] = "deve ser depois do início"
+	}
+	return l, f, eventID
 }
 
 // matches applies the filters the tail does not hand to the store.
-func matches(f app.EventFilter, ev app.Event) bool {
+func matches(f app.EventFilter, eventID string, ev app.Event) bool {
 	return (f.Tipo == "" || ev.Tipo == f.Tipo) && (f.Origem == "" || ev.Origem == f.Origem) &&
-		(f.Agregado == "" || ev.Agregado == f.Agregado) && (f.CorrelacaoID == "" || ev.CorrelacaoID == f.CorrelacaoID)
+		(f.Agregado == "" || ev.Agregado == f.Agregado) && (f.CorrelacaoID == "" || ev.CorrelacaoID == f.CorrelacaoID) &&
+		(eventID == "" || ev.EventID == eventID) &&
+		(f.TimestampInicio.IsZero() || !ev.Timestamp.Before(f.TimestampInicio)) &&
+		(f.TimestampFim.IsZero() || !ev.Timestamp.After(f.TimestampFim))
 }
 
 type eventsView struct {
@@ -174,14 +248,30 @@ type eventsView struct {
 	// De is the newest sequence the page accounts for: its tail starts after it.
 	De   int64
 	Live bool // the first page: new events appear on top
+	// Single is a search by event id: one event or none, no paging.
+	Single bool
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	l, f := eventQuery(r)
-	v := eventsView{Q: l, Tipos: c.typeNames()}
+	l, f, eventID := eventQuery(r)
+	v := eventsView{Q: l, Tipos: c.typeNames(), Pager: pager{Older: -1, Newer: -1}}
 	if l.invalid() {
 		c.render(w, r, http.StatusUnprocessableEntity, eventsPage(c.page(r, "Eventos", "eventos"), v))
+		return
+	}
+	v.Names = c.integratorNames(ctx)
+	if eventID != "" {
+		ev, err := c.Queries.Event(ctx, eventID)
+		if err != nil && app.ErrorCode(err) != app.ENotFound {
+			c.fail(w, r, err)
+			return
+		}
+		if err == nil && matches(f, eventID, ev) {
+			v.Rows = []app.Event{ev}
+		}
+		v.Single, v.Pager.Head, v.Pager.Total, v.Pager.Shown = true, true, len(v.Rows), len(v.Rows)
+		c.render(w, r, http.StatusOK, eventsPage(c.page(r, "Eventos", "eventos"), v))
 		return
 	}
 	// Read the newest sequence before the list: an event committed between
@@ -192,24 +282,18 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Unfiltered, the log is its sequence numbers: rowids given one past
-	// the largest and never deleted, so the total is the newest sequence
-	// and a page is a range of them, with no count over the whole log.
-	total := int(latest)
-	if l.filtered() {
-		count := f
-		count.Limite = 1
-		first, err := c.Queries.Events(ctx, count)
-		if err != nil {
-			c.fail(w, r, err)
-			return
-		}
-		total = first.Total
-	}
-	v.Pager = v.Q.pages(total, "/eventos")
-	if off, n := newestFirst(total, v.Q.Limite, v.Q.Pagina); n > 0 {
-		f.Limite, f.Deslocamento = n, off
-		if !l.filtered() {
-			f.SequenceInicio, f.SequenceFim, f.Deslocamento = int64(off)+1, int64(off+n), 0
+	// the largest and never deleted, so a page is a range of them and its
+	// counts are subtractions, with no count over the whole log.
+	dense := !l.filtered()
+	limit := int64(l.Limite)
+	pg := &v.Pager
+	var older string // the cursor below the page
+	if l.Apos > 0 {
+		// Back towards the newest: the rows just above the cursor, read
+		// oldest first and shown newest first.
+		f.SequenceInicio, f.Limite = l.Apos+1, l.Limite
+		if dense {
+			f.SequenceFim = l.Apos + limit
 		}
 		page, err := c.Queries.Events(ctx, f)
 		if err != nil {
@@ -218,13 +302,59 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Rows = page.Linhas
 		slices.Reverse(v.Rows)
+		if dense {
+			pg.Head, pg.Newer = l.Apos+limit >= latest, int(max(0, latest-l.Apos-limit))
+		} else {
+			pg.Head, pg.Newer = page.Total <= len(v.Rows), page.Total-len(v.Rows)
+		}
+		lo := l.Apos + 1
+		if len(v.Rows) > 0 {
+			lo = v.Rows[len(v.Rows)-1].Sequence
+		}
+		if lo > 1 {
+			older = strconv.FormatInt(lo-1, 10)
+			if dense {
+				pg.Older = int(lo - 1)
+			}
+		}
+	} else {
+		top := l.Ate
+		pg.Head = top == 0 || top >= latest
+		if pg.Head {
+			top = latest
+		}
+		if top > 0 {
+			f.Desc, f.SequenceFim, f.Limite = true, top, l.Limite
+			if dense {
+				f.SequenceInicio = max(1, top-limit+1)
+			}
+			page, err := c.Queries.Events(ctx, f)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+			v.Rows = page.Linhas
+			if dense {
+				pg.Total, pg.Older = int(latest), int(f.SequenceInicio-1)
+				if f.SequenceInicio > 1 {
+					older = strconv.FormatInt(f.SequenceInicio-1, 10)
+				}
+			} else {
+				pg.Total, pg.Older, older = page.Total, page.Total-len(v.Rows), page.Proximo
+			}
+		}
 	}
+	lo, hi := l.Ate, l.Ate
+	if len(v.Rows) > 0 {
+		hi, lo = v.Rows[0].Sequence, v.Rows[len(v.Rows)-1].Sequence
+	}
+	pg.Shown = len(v.Rows)
+	l.keysetLinks(pg, "/eventos", lo, hi, older)
 	v.De = latest
 	if len(v.Rows) > 0 && v.Rows[0].Sequence > v.De {
 		v.De = v.Rows[0].Sequence
 	}
-	v.Live = v.Q.Pagina == 1
-	v.Names = c.integratorNames(ctx)
+	v.Live = pg.Head
 	c.render(w, r, http.StatusOK, eventsPage(c.page(r, "Eventos", "eventos"), v))
 }
 
@@ -232,7 +362,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 // The type goes to the store (an index range); the other filters are
 // applied here, and the cursor still moves past what they leave out.
 func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
-	l, f := eventQuery(r)
+	l, f, eventID := eventQuery(r)
 	if len(l.Errors) > 0 {
 		http.Error(w, "filtro inválido", http.StatusBadRequest)
 		return
@@ -253,7 +383,7 @@ func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
 			var lines []tailLine
 			for _, ev := range evs {
 				after = ev.Sequence
-				if matches(f, ev) {
+				if matches(f, eventID, ev) {
 					lines = append(lines, tailLine{seq: ev.Sequence, row: eventRow(ev, names)})
 				}
 			}

@@ -34,7 +34,7 @@ func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, integratorsPage(c.page(r, "Integradores", "integradores"), all))
+	c.render(w, r, http.StatusOK, integratorsPage(c.page(r, "Integradores", "integradores"), all, c.Now()))
 }
 
 func (c *Console) newIntegratorPage(w http.ResponseWriter, r *http.Request) {
@@ -48,7 +48,7 @@ func (c *Console) createIntegrator(w http.ResponseWriter, r *http.Request) {
 	token := r.PostFormValue("envio")
 	if done, ok := pending.claim(token); !ok {
 		c.render(w, r, http.StatusConflict, alreadySentPage(p, "Este cadastro já foi enviado",
-			"O integrador deste formulário já foi criado; o segredo e a chave de API só aparecem na resposta do primeiro envio e não são mostrados de novo. Se o segredo não foi guardado, abra o integrador e rotacione-o.", done))
+			"O integrador deste formulário já foi criado; o segredo e a chave de API só aparecem na resposta do primeiro envio e não são mostrados de novo. Se não foram guardados, abra o integrador e troque-os.", done))
 		return
 	}
 	req := app.NewIntegrator{
@@ -93,7 +93,7 @@ func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status 
 	if isAdmin(p) {
 		tokens = rotationTokens{Segredo: pending.issue(), Chave: pending.issue()}
 	}
-	c.render(w, r, status, integratorPage(p, in, f, tokens, v))
+	c.render(w, r, status, integratorPage(p, in, f, tokens, v, c.Now()))
 }
 
 // rotationTokens are the one-time tokens of the integrator page's two
@@ -176,8 +176,8 @@ func (c *Console) setIntegratorActive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {
-	c.rotateOnce(w, r, "Esta rotação já foi feita",
-		"O segredo deste pedido já foi gerado e mostrado uma única vez; ele não aparece de novo. Se não o guardou, rotacione outra vez.",
+	c.rotateOnce(w, r, "Esta troca já foi feita",
+		"O segredo deste pedido já foi gerado e mostrado uma única vez; ele não aparece de novo. Se não o guardou, troque-o outra vez.",
 		func(ctx context.Context, p page, in app.Integrator) (templ.Component, error) {
 			rot, err := c.Integrators.RotateSecret(ctx, in.ID)
 			return rotatedPage(p, in, rot), err
@@ -186,7 +186,7 @@ func (c *Console) rotateSecret(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
 	c.rotateOnce(w, r, "Esta troca já foi feita",
-		"A chave de API deste pedido já foi gerada e mostrada uma única vez; ela não aparece de novo. Se não a guardou, gere outra.",
+		"A chave de API deste pedido já foi gerada e mostrada uma única vez; ela não aparece de novo. Se não a guardou, troque-a outra vez.",
 		func(ctx context.Context, p page, in app.Integrator) (templ.Component, error) {
 			rot, err := c.Integrators.RotateAPIKey(ctx, in.ID)
 			return rotatedKeyPage(p, in, rot), err
@@ -217,6 +217,154 @@ func (c *Console) rotateOnce(w http.ResponseWriter, r *http.Request, title, msg 
 	}
 	pending.done(token, in.ID)
 	c.render(w, r, http.StatusOK, shown)
+}
+
+// retryIntegratorNow is an integrator's "Tentar agora" (SPEC 9): app
+// closes its circuit and makes its pending deliveries due now.
+func (c *Console) retryIntegratorNow(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	before, err := c.lastAttempt(ctx)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	res, err := c.Deliveries.RetryNow(ctx, c.Integrators, id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	name := integratorName(c.integratorNames(ctx), id)
+	msg := fmt.Sprintf("Tentar agora: circuito de %s fechado; nenhuma entrega esperava nova tentativa.", name)
+	switch {
+	case res.Antecipadas == 1:
+		msg = fmt.Sprintf("Tentar agora: circuito de %s fechado; 1 entrega que esperava nova tentativa sai agora.", name)
+	case res.Antecipadas > 1:
+		msg = fmt.Sprintf("Tentar agora: circuito de %s fechado; %s entregas que esperavam nova tentativa saem agora, na ordem.", name, num(int64(res.Antecipadas)))
+	}
+	c.redirect(w, r, c.afterAction(r, "/integradores/"+id, before), msg)
+}
+
+// circuitState is an integrator's breaker state; without one, closed.
+func circuitState(in app.Integrator) string {
+	if in.Circuito == nil || in.Circuito.Estado == "" {
+		return app.CircuitoFechado
+	}
+	return in.Circuito.Estado
+}
+
+// circuitText says since when the circuit is open and when the next probe
+// may go; nothing while it is closed.
+func circuitText(in app.Integrator, now time.Time) string {
+	c := in.Circuito
+	if c == nil || c.Estado == app.CircuitoFechado {
+		return ""
+	}
+	var parts []string
+	if c.Desde != nil {
+		parts = append(parts, "aberto desde "+clock(*c.Desde, now)+" ("+ago(*c.Desde, now)+")")
+	}
+	switch {
+	case c.Estado == app.CircuitoAberto && c.Ate != nil:
+		parts = append(parts, "próxima sondagem às "+clock(*c.Ate, now))
+	case c.Estado == app.CircuitoMeioAberto:
+		parts = append(parts, "a próxima entrega testa o receptor")
+	}
+	if c.FalhasSeguidas > 0 {
+		parts = append(parts, plural(c.FalhasSeguidas, "falha seguida", "falhas seguidas"))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// troubleRank orders integrators for the overview: an open circuit first,
+// then failing or inactive, then the healthy.
+func troubleRank(in app.Integrator) int {
+	switch {
+	case circuitState(in) != app.CircuitoFechado:
+		return 0
+	case in.FalhandoDesde != nil || !in.Ativo:
+		return 1
+	}
+	return 2
+}
+
+// needsRetry says whether "Tentar agora" would change anything visible.
+func needsRetry(in app.Integrator) bool {
+	return circuitState(in) != app.CircuitoFechado || (in.Saude != nil && in.Saude.Pendentes > 0)
+}
+
+// healthWindow names the span the success rate and latencies count: the
+// last hour, or since the server started when that was less than an hour
+// ago (the dispatcher keeps the hour in memory).
+func healthWindow(h *app.Health, now time.Time) string {
+	if h == nil || h.Desde.IsZero() || now.Sub(h.Desde) >= time.Hour-time.Minute {
+		return "última hora"
+	}
+	return "desde " + clock(h.Desde, now) + ", quando o servidor iniciou"
+}
+
+// healthWindowShort is the window for a column heading.
+func healthWindowShort(all []app.Integrator, now time.Time) string {
+	if len(all) == 0 || healthWindow(all[0].Saude, now) == "última hora" {
+		return "última hora"
+	}
+	return "desde " + clock(all[0].Saude.Desde, now)
+}
+
+func rateText(h *app.Health) string {
+	if h == nil || h.TaxaSucesso == nil || h.Tentativas == 0 {
+		return "sem tentativas"
+	}
+	return percent(*h.TaxaSucesso) + " (" + num(int64(h.Sucessos)) + " de " + num(int64(h.Tentativas)) + ")"
+}
+
+func latencyText(h *app.Health) string {
+	if h == nil || h.LatenciaP50MS == nil || h.LatenciaP95MS == nil {
+		return "—"
+	}
+	return num(*h.LatenciaP50MS) + " / " + num(*h.LatenciaP95MS) + " ms"
+}
+
+func pendingText(n int) string {
+	return plural(n, "entrega pendente ou em envio", "entregas pendentes ou em envio")
+}
+
+// percent formats a rate in [0, 1] the Brazilian way: 97,5%.
+func percent(rate float64) string {
+	s := strconv.FormatFloat(rate*100, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return strings.Replace(s, ".", ",", 1) + "%"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return num(int64(n)) + " " + many
+}
+
+// clock is a time of today as HH:MM:SS, other days with the date.
+func clock(t, now time.Time) string {
+	if t.In(brt).Format("2006-01-02") == now.In(brt).Format("2006-01-02") {
+		return t.In(brt).Format("15:04:05")
+	}
+	return when(t)
+}
+
+// ago says how long ago t was, roughly, for a glance.
+func ago(t, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return "agora"
+	case d < time.Minute:
+		return "há " + strconv.Itoa(int(d.Seconds())) + " s"
+	case d < time.Hour:
+		return "há " + strconv.Itoa(int(d.Minutes())) + " min"
+	case d < 48*time.Hour:
+		return "há " + strconv.Itoa(int(d.Hours())) + " h"
+	}
+	return "há " + strconv.Itoa(int(d.Hours()/24)) + " dias"
 }
 
 // verification is the outcome of a verificar, shown on the integrator's page.

@@ -68,9 +68,18 @@ func (c *Console) setTypeStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := tipo + "@" + versao + " reativada: volta a aceitar publicações."
 	if status == app.StatusDeprecado {
-		msg = tipo + "@" + versao + " deprecada: novas publicações nessa versão são recusadas; o que já está no log não muda."
+		msg = tipo + "@" + versao + " descontinuada: novas publicações nessa versão são recusadas; o que já está no log não muda."
 	}
 	c.redirect(w, r, typeURL(tipo), msg)
+}
+
+// typeStatusLabel is a type version's status in the console's words; the
+// API keeps its wire value (deprecado).
+func typeStatusLabel(status string) string {
+	if status == app.StatusDeprecado {
+		return "descontinuado"
+	}
+	return status
 }
 
 // prettyJSON indents a schema for reading; content that is not JSON, which

@@ -40,7 +40,7 @@ func registryPage(p page, rows []typeRow) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Registro de tipos</h1><p class=\"sutil\">Cada tipo de evento, suas versões com o JSON Schema que valida o payload e as regras de redação (LGPD) aplicadas antes de gravar.</p></div></div><section class=\"cartao\"><div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th>Tipo</th><th>Versões</th><th>Audiência</th><th>Última versão em</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Registro de tipos</h1><p class=\"sutil\">Cada tipo de evento, suas versões com o JSON Schema que valida o payload e as regras de anonimização (LGPD) aplicadas antes de gravar.</p></div></div><section class=\"cartao\"><div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th>Tipo</th><th>Versões</th><th>Audiência</th><th>Última versão em</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -131,7 +131,7 @@ func registryPage(p page, rows []typeRow) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "</tbody></table></div></section><p class=\"sutil\">A audiência decide quem recebe os eventos do tipo, e os padrões de eventos de cada integrador restringem o que ele recebe. Uma versão deprecada recusa novas publicações; os eventos já gravados não mudam.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "</tbody></table></div></section><p class=\"sutil\">A audiência decide quem recebe os eventos do tipo, e os padrões de eventos de cada integrador restringem o que ele recebe. Uma versão descontinuada recusa novas publicações; os eventos já gravados não mudam.</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -219,9 +219,9 @@ func typeStatusBadge(status string) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var11 string
-			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(status)
+			templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs(typeStatusLabel(status))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/registry.templ`, Line: 64, Col: 44}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/registry.templ`, Line: 64, Col: 61}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 			if templ_7745c5c3_Err != nil {
@@ -337,7 +337,7 @@ func registryTypePage(p page, tipo string, versions []app.TypeVersion, builtin f
 					return templ_7745c5c3_Err
 				}
 				if builtin(tv.Versao) {
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<p class=\"sutil\">Tipo embutido: o plugin publica nesta versão a cada comando, por isso ela não pode ser deprecada.</p>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 24, "<p class=\"sutil\">Tipo embutido: o plugin publica nesta versão a cada comando, por isso ela não pode ser descontinuada.</p>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -361,9 +361,9 @@ func registryTypePage(p page, tipo string, versions []app.TypeVersion, builtin f
 							return templ_7745c5c3_Err
 						}
 						var templ_7745c5c3_Var19 string
-						templ_7745c5c3_Var19, templ_7745c5c3_Err = templruntime.NewAttributeExpression("Deprecar " + tipo + "@" + tv.Versao + "? Novas publicações nesta versão passam a ser recusadas (422); os eventos já gravados não mudam.").Resolve(ctx)
+						templ_7745c5c3_Var19, templ_7745c5c3_Err = templruntime.NewAttributeExpression("Descontinuar " + tipo + "@" + tv.Versao + "? Novas publicações nesta versão passam a ser recusadas (422); os eventos já gravados não mudam.").Resolve(ctx)
 						if templ_7745c5c3_Err != nil {
-							return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/registry.templ`, Line: 90, Col: 271}
+							return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/registry.templ`, Line: 90, Col: 275}
 						}
 						_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var19)
 						if templ_7745c5c3_Err != nil {
@@ -390,7 +390,7 @@ func registryTypePage(p page, tipo string, versions []app.TypeVersion, builtin f
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
-						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, "\"> <button type=\"submit\" class=\"perigo pequeno\">Deprecar versão</button></form>")
+						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, "\"> <button type=\"submit\" class=\"perigo pequeno\">Descontinuar versão</button></form>")
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
@@ -500,7 +500,7 @@ func registryTypePage(p page, tipo string, versions []app.TypeVersion, builtin f
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 39, "</pre></div><div><h3>Redação (LGPD)</h3><p class=\"sutil\">O payload gravado guarda só o que estas regras nomeiam; <strong>todo o resto é descartado</strong> antes de gravar.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 39, "</pre></div><div><h3>Anonimização (LGPD)</h3><p class=\"sutil\">O payload gravado guarda só o que estas regras nomeiam; <strong>todo o resto é descartado</strong> antes de gravar.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

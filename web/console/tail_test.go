@@ -373,10 +373,10 @@ func TestEventsPage(t *testing.T) {
 	if !strings.Contains(page, fmt.Sprintf(`data-de="%d"`, evs[4].Sequence)) || !strings.Contains(page, `data-tail="/ws/eventos"`) {
 		t.Fatal("the first page must start its tail after its newest row")
 	}
-	if !strings.Contains(page, "limite=2&amp;pagina=2") {
-		t.Fatal("no link to the older page")
+	if !strings.Contains(page, fmt.Sprintf("ate=%d&amp;limite=2", evs[3].Sequence-1)) {
+		t.Fatal("no keyset link to the older page")
 	}
-	_, page = get(t, admin, b.srv.URL+"/eventos?limite=2&pagina=3")
+	_, page = get(t, admin, b.srv.URL+fmt.Sprintf("/eventos?limite=2&ate=%d", evs[0].Sequence))
 	if shown := seqCell.FindAllStringSubmatch(page, -1); len(shown) != 1 || shown[0][1] != fmt.Sprint(evs[0].Sequence) {
 		t.Fatalf("last page: %v", shown)
 	}
@@ -387,7 +387,10 @@ func TestEventsPage(t *testing.T) {
 	for q, want := range map[string]string{
 		"limite=abc":             "use um número de 1 a 500",
 		"limite=501":             "use um número de 1 a 500",
-		"pagina=0":               "Página inválida",
+		"ate=x":                  "Cursor de página inválido",
+		"ate=3&apos=1":           "Cursor de página inválido",
+		"event_id=abc":           "deve ser um UUID",
+		"timestamp_inicio=ontem": "use dia e hora",
 		"correlacao_id=xyz":      "deve ser um UUID",
 		"tipo=nao:existe&limite": "Nenhum evento com estes filtros.",
 	} {

@@ -4,9 +4,11 @@
 //   data-tail="/ws/..."                        a websocket live tail
 //   data-vivo="/ws/..."                        a live snapshot (class Vivo)
 //   data-confirmar="question"                  confirm before submitting
+//   data-menu                                  the narrow screen's menu button
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("[data-menu]").forEach(menuButton);
   document.querySelectorAll("[data-atualizar]").forEach(refresh);
   // The page's tail is reachable for the browser tests, which drop its
   // socket to check the resume.
@@ -25,6 +27,23 @@ document.addEventListener("DOMContentLoaded", () => {
     }),
   );
 });
+
+// menuButton opens and closes the menu on a narrow screen, where the CSS
+// hides it behind the button; Escape closes it and gives the focus back.
+function menuButton(btn) {
+  const bar = btn.closest(".topo");
+  const set = (open) => {
+    bar.classList.toggle("aberto", open);
+    btn.setAttribute("aria-expanded", String(open));
+  };
+  btn.addEventListener("click", () => set(!bar.classList.contains("aberto")));
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && bar.classList.contains("aberto")) {
+      set(false);
+      btn.focus();
+    }
+  });
+}
 
 function refresh(el) {
   const every = Number(el.dataset.intervalo || 15000);
