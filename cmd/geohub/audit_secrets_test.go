@@ -289,7 +289,7 @@ func TestAuditHoldsNoSecret(t *testing.T) {
 		t.Errorf("the export has %d lines, the table %d rows", lines, n)
 	}
 	_, consolePage := h.send("GET", "/auditoria?limite=500", "", nil, "")
-	if !strings.Contains(consolePage, "Rotacionou o segredo") {
+	if !strings.Contains(consolePage, "Trocou o segredo") {
 		t.Fatalf("the console page does not list the trail: %.500s", consolePage)
 	}
 
