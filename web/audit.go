@@ -5,9 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
-	"time"
 
 	"geohub/app"
 )
@@ -38,19 +36,11 @@ func auditFilter(r *http.Request) (string, app.AuditFilter, error) {
 	}
 	f := app.AuditFilter{Acao: strings.TrimSpace(q.Get("acao")), Alvo: strings.TrimSpace(q.Get("alvo"))}
 	var bad []app.Detail
-	for name, dst := range map[string]*time.Time{"inicio": &f.Inicio, "fim": &f.Fim} {
-		if v := q.Get(name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
-			}
-			*dst = t
-		}
-	}
+	timeParam(q, "inicio", &f.Inicio, &bad)
+	timeParam(q, "fim", &f.Fim, &bad)
 	f.Antes = nonNegative(q, "antes", &bad)
 	f.Limite = int(nonNegative(q, "limite", &bad))
 	if len(bad) > 0 {
-		slices.SortFunc(bad, func(a, b app.Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
 		return "", f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
 	}
 	return q.Get("quem"), f, nil

@@ -69,26 +69,29 @@ func parseFilter(r *http.Request) (app.EventFilter, error) {
 	f := app.EventFilter{Tipo: q.Get("tipo"), Origem: q.Get("origem"),
 		CorrelacaoID: strings.ToLower(q.Get("correlacao_id")), Agregado: q.Get("agregado")}
 	var bad []app.Detail
-	timeParam := func(name string, dst *time.Time) {
-		if v := q.Get(name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
-			}
-			*dst = t
-		}
-	}
 	f.Limite = int(nonNegative(q, "limite", &bad))
 	f.Deslocamento = int(nonNegative(q, "deslocamento", &bad))
 	f.SequenceInicio = nonNegative(q, "sequence_inicio", &bad)
 	f.SequenceFim = nonNegative(q, "sequence_fim", &bad)
 	f.Desc = descending(q, &bad)
-	timeParam("timestamp_inicio", &f.TimestampInicio)
-	timeParam("timestamp_fim", &f.TimestampFim)
+	timeParam(q, "timestamp_inicio", &f.TimestampInicio, &bad)
+	timeParam(q, "timestamp_fim", &f.TimestampFim, &bad)
 	if len(bad) > 0 {
 		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
 	}
 	return f, nil
+}
+
+// timeParam reads an optional RFC 3339 query parameter into dst; a
+// malformed one is added to bad, named by its path.
+func timeParam(q url.Values, name string, dst *time.Time, bad *[]app.Detail) {
+	if v := q.Get(name); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			*bad = append(*bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
+		}
+		*dst = t
+	}
 }
 
 // descending reads ordem: asc (the default) or desc.

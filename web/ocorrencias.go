@@ -5,9 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
-	"time"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
@@ -161,19 +159,11 @@ func parseOcorrenciaFilter(r *http.Request) (ocorrencia.Filter, error) {
 	}
 	f := ocorrencia.Filter{Status: q.Get("status"), Natureza: q.Get("natureza"), Integrador: q.Get("integrador")}
 	var bad []app.Detail
-	for name, dst := range map[string]*time.Time{"registrada_inicio": &f.Inicio, "registrada_fim": &f.Fim} {
-		if v := q.Get(name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data RFC 3339"})
-			}
-			*dst = t
-		}
-	}
+	timeParam(q, "registrada_inicio", &f.Inicio, &bad)
+	timeParam(q, "registrada_fim", &f.Fim, &bad)
 	f.Antes = nonNegative(q, "antes", &bad)
 	f.Limite = int(nonNegative(q, "limite", &bad))
 	if len(bad) > 0 {
-		slices.SortFunc(bad, func(a, b app.Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
 		return f, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad}
 	}
 	return f, nil
