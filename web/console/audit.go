@@ -61,22 +61,6 @@ func auditLabel(acao string) string {
 
 var auditResults = map[string]string{app.AuditOK: "ok", app.AuditRecusado: "recusado", app.AuditFalhou: "falhou"}
 
-// auditPeriodLayouts are what a datetime-local or date input sends; the
-// console reads and shows times in Brasília.
-var auditPeriodLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02"}
-
-func auditPeriod(v string) (time.Time, bool) {
-	for _, layout := range auditPeriodLayouts {
-		if t, err := time.ParseInLocation(layout, v, brt); err == nil {
-			return t, true
-		}
-	}
-	if t, err := time.Parse(time.RFC3339, v); err == nil {
-		return t, true
-	}
-	return time.Time{}, false
-}
-
 type auditView struct {
 	Q    listQuery
 	Rows []app.AuditEntry // newest first
@@ -93,7 +77,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, k := range []string{"inicio", "fim"} {
 		if v := l.V(k); v != "" {
-			t, ok := auditPeriod(v)
+			t, ok := parsePeriod(v)
 			switch {
 			case !ok:
 				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"

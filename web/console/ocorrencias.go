@@ -59,6 +59,10 @@ func parsePeriod(v string) (time.Time, bool) {
 			return t, true
 		}
 	}
+	// A link built elsewhere (the API's form) may carry a full RFC 3339 time.
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, true
+	}
 	return time.Time{}, false
 }
 
