@@ -44,41 +44,9 @@ func (p CallbackPolicy) refusal(a netip.Addr) string {
 // allowlist, resolving its host. Each finding names its reason.
 func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string) []Detail {
 	bad := func(msg string) []Detail { return []Detail{{"/callback_url", msg}} }
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.Opaque != "" {
-		return bad("URL inválida")
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && p.Insecure:
-	default:
-		return bad("o esquema deve ser https")
-	}
-	if u.User != nil {
-		return bad("a URL não pode conter usuário ou senha")
-	}
-	if u.Fragment != "" {
-		return bad("a URL não pode conter fragmento (#)")
-	}
-	// Before lowering: strings.ToLower maps some non-ASCII letters to ASCII
-	// ("İ" to "i").
-	raw = u.Hostname()
-	for i := 0; i < len(raw); i++ {
-		if raw[i] >= 0x80 {
-			// net/http maps such a name with IDNA before dialing, which can
-			// land on another name than the one checked here: only the
-			// ASCII (punycode) form is accepted, so both are the same.
-			return bad("o host deve estar em ASCII: use a forma punycode (xn--…)")
-		}
-	}
-	host := strings.ToLower(raw)
-	if port := u.Port(); port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return bad("porta inválida")
-		}
-	}
-	if !HostAllowed(host, allowed) {
-		return bad(fmt.Sprintf("o host %s não está em hosts_permitidos", host))
+	host, why := p.parse(raw, allowed)
+	if why != "" {
+		return bad(why)
 	}
 	addrs, err := p.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
@@ -90,6 +58,72 @@ func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string)
 		}
 	}
 	return nil
+}
+
+// Refusal is Check without DNS: why this server would refuse a stored
+// callback now, or "". A callback accepted by a server with other rules
+// (--insecure-callbacks, an older address table, a since-narrowed
+// allowlist) is caught by it at start and before every attempt; names that
+// resolve somewhere refused are caught by the dialer.
+func (p CallbackPolicy) Refusal(raw string, allowed []string) string {
+	host, why := p.parse(raw, allowed)
+	if why != "" {
+		return why
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if why := p.refusal(a); why != "" {
+			return fmt.Sprintf("o host %s é um %s", a, why)
+		}
+	}
+	// RFC 6761: these names are loopback wherever they are resolved.
+	if !p.Insecure && (host == "localhost" || strings.HasSuffix(host, ".localhost")) {
+		return fmt.Sprintf("o host %s é loopback, aceito só com --insecure-callbacks", host)
+	}
+	return ""
+}
+
+// parse checks what a callback URL says by itself: scheme, form, port and
+// the allowlist. It returns the lowered host, or why the URL is refused.
+func (p CallbackPolicy) parse(raw string, allowed []string) (host, why string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return "", "URL inválida"
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && p.Insecure:
+	case u.Scheme == "http":
+		return "", "o esquema deve ser https (http só com --insecure-callbacks)"
+	default:
+		return "", "o esquema deve ser https"
+	}
+	if u.User != nil {
+		return "", "a URL não pode conter usuário ou senha"
+	}
+	if u.Fragment != "" {
+		return "", "a URL não pode conter fragmento (#)"
+	}
+	// Before lowering: strings.ToLower maps some non-ASCII letters to ASCII
+	// ("İ" to "i").
+	raw = u.Hostname()
+	for i := 0; i < len(raw); i++ {
+		if raw[i] >= 0x80 {
+			// net/http maps such a name with IDNA before dialing, which can
+			// land on another name than the one checked here: only the
+			// ASCII (punycode) form is accepted, so both are the same.
+			return "", "o host deve estar em ASCII: use a forma punycode (xn--…)"
+		}
+	}
+	host = strings.ToLower(raw)
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return "", "porta inválida"
+		}
+	}
+	if !HostAllowed(host, allowed) {
+		return "", fmt.Sprintf("o host %s não está em hosts_permitidos", host)
+	}
+	return host, ""
 }
 
 func (p CallbackPolicy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {

@@ -41,6 +41,10 @@ type Integrator struct {
 	// Saude is the last hour of its deliveries and its backlog, filled in
 	// by Get and List.
 	Saude *Health `json:"saude,omitempty"`
+	// CallbackRecusado says why this server refuses the stored callback
+	// (see CallbackPolicy.Refusal): its deliveries fail until an admin
+	// fixes the URL. Filled in by Get and List.
+	CallbackRecusado string `json:"callback_recusado,omitempty"`
 }
 
 // NewIntegrator is the body of POST /api/integradores.
@@ -185,6 +189,23 @@ func (s *Integrators) fillState(in *Integrator, backlog int) {
 	h := s.healths.health(in.ID, now)
 	h.Pendentes = backlog
 	in.Circuito, in.Saude = &c, &h
+	in.CallbackRecusado = s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos)
+}
+
+// RefusedCallbacks lists the active integrators whose stored callback this
+// server refuses, for the start log: a callback accepted under
+// --insecure-callbacks, or before the address table grew.
+func (s *Integrators) RefusedCallbacks() []Integrator {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Integrator
+	for _, in := range s.all {
+		if why := s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos); in.Ativo && why != "" {
+			in.CallbackRecusado = why
+			out = append(out, in)
+		}
+	}
+	return out
 }
 
 // Get returns one integrator as stored now, or ENotFound.

@@ -56,10 +56,10 @@ type HTTPSender struct {
 	Now         func() time.Time
 	Version     string
 	Client      *http.Client
-	// Insecure allows http:// callbacks (--insecure-callbacks). Without it
-	// a callback registered under it is refused here, before any dial:
-	// the dialer checks addresses, not schemes.
-	Insecure bool
+	// Policy is checked again before every attempt, so a callback stored
+	// under other rules (--insecure-callbacks, a narrower allowlist) is
+	// refused before any dial: the dialer checks addresses, not schemes.
+	Policy CallbackPolicy
 
 	mu       sync.Mutex
 	accepted map[string][]byte // per integrator, the secret its receiver accepted last
@@ -71,7 +71,7 @@ type HTTPSender struct {
 func NewHTTPSender(integrators *Integrators, policy CallbackPolicy, now func() time.Time, version string,
 	timeout time.Duration, perHost int) *HTTPSender {
 	dialer := policy.Dialer(&net.Dialer{Timeout: timeout})
-	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Insecure: policy.Insecure, Client: &http.Client{
+	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Policy: policy, Client: &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			DialContext:         dialer.DialContext,
@@ -90,8 +90,8 @@ func (s *HTTPSender) Send(ctx context.Context, in Integrator, req Request) SendR
 	if req.Corpo == nil {
 		return SendResult{Err: fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)}
 	}
-	if !s.Insecure && !strings.HasPrefix(strings.ToLower(in.CallbackURL), "https://") {
-		return SendResult{Err: fmt.Errorf("%w: callback sem https, aceito só com --insecure-callbacks, que este servidor não usa: corrija a URL do integrador", errUnsendable)}
+	if why := s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos); why != "" {
+		return SendResult{Err: fmt.Errorf("%w: este servidor recusa o callback (%s): corrija a URL do integrador", errUnsendable, why)}
 	}
 	if !headerSafe(req.Agregado) {
 		// Publish refuses such an agregado; one stored before it did would

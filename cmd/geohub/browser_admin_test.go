@@ -352,7 +352,7 @@ func TestConsoleIntegradorSemModoInseguro(t *testing.T) {
 	typed := map[string]string{"nome": "CAD Polícia", "callback_url": "http://127.0.0.1:9/geohub/eventos", "hosts_permitidos": "127.0.0.1"}
 	do(t, ctx, "an http callback", chromedp.Navigate(base+"/integradores/novo"), chromedp.WaitVisible(css(`input[name=nome]`)),
 		fill(typed), chromedp.Click(css(`main button[type=submit]`)), chromedp.WaitVisible(css(`#erro-callback_url`)))
-	if msg := text(t, ctx, `#erro-callback_url`); msg != "o esquema deve ser https" {
+	if msg := text(t, ctx, `#erro-callback_url`); msg != "o esquema deve ser https (http só com --insecure-callbacks)" {
 		t.Fatalf("callback error %q", msg)
 	}
 	// The first answer's error is still on screen until the second answer

@@ -216,6 +216,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := integrators.Load(ctx); err != nil {
 		return err
 	}
+	for _, in := range integrators.RefusedCallbacks() {
+		logger.Warn("callback refused by this server: its deliveries fail until an admin fixes the URL",
+			"integrador", in.ID, "nome", in.Nome, "motivo", in.CallbackRecusado)
+	}
 
 	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
 		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}

@@ -280,7 +280,7 @@ func circuitText(in app.Integrator, now time.Time) string {
 // then failing or inactive, then the healthy.
 func troubleRank(in app.Integrator) int {
 	switch {
-	case circuitState(in) != app.CircuitoFechado:
+	case circuitState(in) != app.CircuitoFechado, in.Ativo && in.CallbackRecusado != "":
 		return 0
 	case in.FalhandoDesde != nil || !in.Ativo:
 		return 1
