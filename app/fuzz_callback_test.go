@@ -36,6 +36,10 @@ var fuzzResolverTable = map[string][]string{
 	"multicast.exemplo.gov.br": {"224.0.0.1"},
 	"zero.exemplo.gov.br":      {"0.0.0.0"},
 	"vazio.exemplo.gov.br":     {},
+	"doc.exemplo.gov.br":       {"200.152.38.14", "192.0.2.1"},
+	"teredo.exemplo.gov.br":    {"2001::1"},
+	"doc6.exemplo.gov.br":      {"3fff::1"},
+	"descarte.exemplo.gov.br":  {"100::1"},
 	"localhost":                {"127.0.0.1", "::1"},
 	// What getaddrinfo makes of the inet_aton forms.
 	"2130706433":   {"127.0.0.1"},
@@ -44,8 +48,14 @@ var fuzzResolverTable = map[string][]string{
 	"017700000001": {"127.0.0.1"},
 }
 
+// The pool holds at least one address of each special-purpose range the
+// review found open (documentation, Teredo, 6to4 relay, discard-only, SRv6
+// and the rest), so random names land in them too.
 var fuzzResolverPool = []string{"200.152.38.20", "2804:14c::20", "8.8.8.8", "10.0.0.1", "192.168.1.1", "172.16.0.1",
-	"127.0.0.2", "::1", "fe80::1", "100.100.100.100", "169.254.0.1", "::ffff:10.0.0.1", "255.255.255.255", "ff02::1"}
+	"127.0.0.2", "::1", "fe80::1", "100.100.100.100", "169.254.0.1", "::ffff:10.0.0.1", "255.255.255.255", "ff02::1",
+	"192.0.0.8", "192.0.2.1", "198.51.100.7", "203.0.113.9", "192.88.99.1", "198.18.3.4", "240.0.0.1",
+	"2001::1", "2001:db8::1", "3fff::1", "2001:2::1", "100::1", "5f00::1", "2002:c000:0204::1", "64:ff9b::a00:1",
+	"fec0::1", "4000::1", "2a00:1450:4001::200e"}
 
 func (fuzzResolver) LookupNetIP(_ context.Context, network, host string) ([]netip.Addr, error) {
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
@@ -71,15 +81,19 @@ func (fuzzResolver) LookupNetIP(_ context.Context, network, host string) ([]neti
 	return out, nil
 }
 
-// fuzzInside are the ranges SPEC 6.1 forbids a callback to resolve to:
-// loopback, private, link-local, CGNAT, multicast, unspecified (and the
-// reserved 0/8 and broadcast the policy adds). Written out here, not taken
-// from the policy, so the two are checked against each other.
+// fuzzInside are the ranges SPEC 10 forbids a callback to resolve to:
+// loopback, private, link-local, CGNAT, multicast, unspecified, and the
+// rest of IANA's special-purpose registries (documentation, benchmarking,
+// Teredo, 6to4, ORCHIDv2, discard-only, NAT64, SRv6), plus every IPv6
+// address outside global unicast 2000::/3. Written out here, not taken from
+// the policy's table, so the two are checked against each other.
 var fuzzInside = func() []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range []string{"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-		"172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "255.255.255.255/32",
-		"::/128", "::1/128", "fe80::/10", "fc00::/7", "ff00::/8"} {
+		"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
+		"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+		"::/3", "4000::/2", "8000::/1", // outside 2000::/3: loopback, mapped, NAT64, discard, ULA, link-local, multicast
+		"2001::/32", "2001:2::/48", "2001:10::/28", "2001:20::/28", "2001:db8::/32", "2002::/16", "3fff::/20"} {
 		out = append(out, netip.MustParsePrefix(p))
 	}
 	return out
@@ -183,6 +197,13 @@ func FuzzCallbackURL(f *testing.F) {
 		{"https://ula.exemplo.gov.br/", "*.exemplo.gov.br", false},
 		{"https://cad6.exemplo.gov.br/", "*.exemplo.gov.br", false},
 		{"https://vazio.exemplo.gov.br/", "*.exemplo.gov.br", false},
+		{"https://doc.exemplo.gov.br/", "*.exemplo.gov.br", false},
+		{"https://teredo.exemplo.gov.br/", "*.exemplo.gov.br", false},
+		{"https://doc6.exemplo.gov.br/", "*.exemplo.gov.br", true},
+		{"https://descarte.exemplo.gov.br/", "*.exemplo.gov.br", false},
+		{"https://198.51.100.7/", "198.51.100.7", false},
+		{"https://[2001:2::1]/", "2001:2::1", false},
+		{"https://[5f00::1]/", "5f00::1", false},
 		{"https://nx.exemplo.gov.br/", "*.exemplo.gov.br", false},
 		{"https://localhost/", "localhost", false},
 		{"http://localhost:8080/", "localhost", true},
@@ -226,6 +247,12 @@ func FuzzCallbackURL(f *testing.F) {
 		allowed := strings.Split(allowedList, "\n")
 		p := app.CallbackPolicy{Insecure: insecure, Resolver: fuzzResolver{}}
 		details := p.Check(context.Background(), raw, allowed)
+		// The check at start and before every attempt (without DNS) never
+		// refuses what registration accepts, or a server would dead-letter
+		// deliveries to a callback it just accepted.
+		if why := p.Refusal(raw, allowed); len(details) == 0 && why != "" {
+			t.Fatalf("Check accepted %q, Refusal refuses it: %s", raw, why)
+		}
 		if len(details) > 0 {
 			for _, d := range details {
 				if d.Caminho != "/callback_url" || d.Mensagem == "" {
