@@ -363,3 +363,33 @@ CREATE TRIGGER audit_log_sem_delete BEFORE DELETE ON audit_log
 BEGIN
     SELECT RAISE(ABORT, 'audit_log é somente inclusão: linhas não são apagadas');
 END;
+
+-- migration: 12
+
+-- Outbox bodies are sealed at rest (SPEC 6.4): the app encrypts each
+-- envelope before it reaches the store, under a key derived from the
+-- master key. A dead letter keeps its body for a retention of its own,
+-- counted from falhou_em, when it dead-lettered; rows that dead-lettered
+-- before this version count from their last attempt (or their creation,
+-- when a crash made them poison before any attempt).
+ALTER TABLE outbox ADD COLUMN falhou_em INTEGER; -- unix milliseconds; NULL unless falhou
+UPDATE outbox SET falhou_em = coalesce(
+        (SELECT max(a.inicio + a.duracao_ms) FROM delivery_attempt a WHERE a.outbox_id = outbox.id), criado_em)
+    WHERE status = 'falhou';
+-- The purge walks the dead letters that still hold a body, oldest first;
+-- a bulk resend reads an integrator's dead letters, with and without one.
+-- Both hold dead letters only, so a delivery that succeeds never writes them.
+CREATE INDEX outbox_falhou_idx ON outbox (falhou_em) WHERE status = 'falhou' AND expurgado = 0;
+CREATE INDEX outbox_mortas_idx ON outbox (integrador_id, expurgado) WHERE status = 'falhou';
+-- The bodies stored before this version are in clear: the server seals
+-- them at its next start, in batches that each move cursor forward (so an
+-- interrupted upgrade resumes), then rewrites the file (VACUUM) and empties
+-- the WAL so that no free page keeps the clear text, and sets concluida.
+-- A new database passes through the same steps at its first start, over
+-- nothing.
+CREATE TABLE outbox_selagem (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    cursor    INTEGER NOT NULL, -- every body of an outbox row up to this id is sealed
+    concluida INTEGER NOT NULL  -- 1 once the file was rewritten without clear bodies
+);
+INSERT INTO outbox_selagem (id, cursor, concluida) VALUES (1, 0, 0);

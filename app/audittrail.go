@@ -191,6 +191,9 @@ type AuditPage struct {
 	Limite int          `json:"limite"`
 	// Proximo is the next page's cursor (the antes parameter), "" at the end.
 	Proximo string `json:"proximo"`
+	// TruncadaPorTamanho says the page stopped before limite at
+	// AuditPageBytes.
+	TruncadaPorTamanho bool `json:"truncada_por_tamanho,omitempty"`
 }
 
 // AuditTrail is the trail's read side, and the writer of the refusals that
@@ -225,6 +228,7 @@ func (t *AuditTrail) List(ctx context.Context, quem string, f AuditFilter) (Audi
 	p := AuditPage{Linhas: rows, Limite: f.Limite}
 	if more && len(rows) > 0 {
 		p.Proximo = strconv.FormatInt(rows[len(rows)-1].ID, 10)
+		p.TruncadaPorTamanho = len(rows) < f.Limite // the store stopped by size
 	}
 	return p, nil
 }

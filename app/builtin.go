@@ -14,6 +14,12 @@ import (
 // ocorrencia:* (the ocorrência plugin), integracao:* (command outcomes) and
 // jornada:* (published by producers).
 //
+// A file, once released, never changes: data directories hold its content
+// under its version and the log holds events validated against it, so a
+// changed file would only be a conflict at every start (see
+// RegisterBuiltinTypes). A tighter schema is a new file with a new version,
+// beside the old one (testdata/builtin-versions holds each one's digest).
+//
 //go:embed tipos/*.json
 var BuiltinTypeFiles embed.FS
 
@@ -97,28 +103,4 @@ func publishedByPlugin(tipo string) bool {
 		}
 	}
 	return false
-}
-
-// CheckExternalPublish refuses what producers may not publish through the
-// API: the plugins' types and aggregates, and integrator authorship, which
-// routes events and claims aggregates and so comes only from the command
-// API, where the integrator is authenticated.
-func CheckExternalPublish(req PublishRequest) error {
-	if req.Autoria != nil && req.Autoria.Tipo == "integrador" {
-		return &Error{Code: EForbidden, Message: "autoria de integrador é reservada à API de comandos",
-			Details: []Detail{{Caminho: "/autoria/tipo", Mensagem: "use usuario ou sistema"}}}
-	}
-	var bad []Detail
-	for _, f := range pluginFamilies {
-		if strings.HasPrefix(req.Tipo, f) {
-			bad = append(bad, Detail{"/tipo", fmt.Sprintf("tipos %s* são publicados só pelo plugin embutido (use a API de comandos)", f)})
-		}
-		if strings.HasPrefix(req.Agregado, f) {
-			bad = append(bad, Detail{"/agregado", fmt.Sprintf("agregados %s* pertencem ao plugin embutido", f)})
-		}
-	}
-	if len(bad) > 0 {
-		return &Error{Code: EForbidden, Message: "reservado aos plugins embutidos", Details: bad}
-	}
-	return nil
 }

@@ -153,7 +153,9 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	record := commandRecord{Metodo: cmd.Metodo, Rota: cmd.Rota, CorpoHMAC: digest}
 	// The requester gets its own body back in the outcome, unless that would
 	// push the outcome past the payload limit: the HMAC identifies it anyway.
-	if len(cmd.Body) <= maxEchoedBody && json.Valid(cmd.Body) && bytes.HasPrefix(bytes.TrimSpace(cmd.Body), []byte("{")) {
+	// Nor past the nesting limit, two levels down in the outcome (/comando/corpo).
+	if len(cmd.Body) <= maxEchoedBody && json.Valid(cmd.Body) && bytes.HasPrefix(bytes.TrimSpace(cmd.Body), []byte("{")) &&
+		checkDepth(cmd.Body, MaxDepth-2, "") == nil {
 		record.Corpo = cmd.Body
 	}
 	out := outcomePayload{Comando: record}
@@ -174,11 +176,12 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 		}
 		events = res.Events
 	}
+	out.bound()
 	payload, err := json.Marshal(out)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("encode command outcome: %w", err)
 	}
-	events = append(events, PublishRequest{EventID: outcomeID, Tipo: tipo, Origem: PluginIntegracao,
+	events = append(events, PublishRequest{EventID: outcomeID, Tipo: tipo, VersaoSchema: OutcomeVersao, Origem: PluginIntegracao,
 		Agregado: "solicitacao:" + sol, Payload: payload})
 	audit := commandAudit(ctx, cmd, events, out.Motivo)
 	ts := c.Now().UTC().Format(time.RFC3339Nano)

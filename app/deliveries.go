@@ -29,10 +29,25 @@ func (s *Deliveries) List(ctx context.Context, f DeliveryFilter) (Page[Delivery]
 		return Page[Delivery]{}, err
 	}
 	p := Page[Delivery]{Linhas: rows, Total: total, Limite: f.Limite, Deslocamento: f.Deslocamento}
+	// Rows carry no body, so a page of them is small; it is still cut at
+	// PageBytes, as every list is, should their strings grow.
+	size := 0
+	for i, d := range rows {
+		if size += d.size(); size >= PageBytes && i < len(rows)-1 {
+			p.Linhas, p.TruncadaPorTamanho = rows[:i+1], true
+			p.Proximo = cursorAfter(d.ID, f.Desc)
+			return p, nil
+		}
+	}
 	if len(rows) > 0 {
 		p.Proximo = nextCursor(len(rows), f.Limite, rows[len(rows)-1].ID, f.Desc)
 	}
 	return p, nil
+}
+
+// size is near what the row takes encoded (see Event.Size).
+func (d Delivery) size() int {
+	return 320 + len(d.EventID) + len(d.Integrador) + len(d.Tipo) + len(d.Agregado) + len(d.Status) + len(d.UltimoErro)
 }
 
 // DeliveryDetail is one delivery with every attempt.
@@ -65,8 +80,17 @@ func (s *Deliveries) Resend(ctx context.Context, id int64) (err error) {
 	return err
 }
 
-// ResendAll resends an integrator's deliveries in a status (falhou).
-func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (_ int, err error) {
+// Resent is the answer of a bulk resend.
+type Resent struct {
+	Reenviadas int `json:"reenviadas"`
+	// Expurgadas counts the dead letters it left as they were: their body
+	// was purged after the retention, so they can no longer be resent.
+	Expurgadas int `json:"expurgadas"`
+}
+
+// ResendAll resends an integrator's deliveries in a status (falhou) that
+// still have their body.
+func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (_ Resent, err error) {
 	audit := NewAudit(ctx, AcaoEntregaReenviarLote, AuditTarget{Tipo: "integrador", ID: integrador},
 		Set("status", status))
 	audit.CountAs = "reenviadas"
@@ -75,19 +99,22 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 		status = EntregaFalhou
 	}
 	if status != EntregaFalhou {
-		return 0, &Error{Code: EInvalid, Message: "só entregas falhou podem ser reenviadas",
+		return Resent{}, &Error{Code: EInvalid, Message: "só entregas falhou podem ser reenviadas",
 			Details: []Detail{{"/status", "deve ser falhou"}}}
 	}
 	if integrador == "" {
-		return 0, &Error{Code: EInvalid, Message: "integrador obrigatório",
+		return Resent{}, &Error{Code: EInvalid, Message: "integrador obrigatório",
 			Details: []Detail{{"/integrador", "obrigatório"}}}
 	}
 	audit.Campos = []AuditField{Changed("status", status, EntregaPendente)}
-	n, err := s.Store.ResendAll(ctx, integrador, status, s.Now(), audit)
-	if err == nil && n > 0 {
+	n, purged, err := s.Store.ResendAll(ctx, integrador, status, s.Now(), audit)
+	if err != nil {
+		return Resent{}, err
+	}
+	if n > 0 {
 		s.Dispatcher.Wake()
 	}
-	return n, err
+	return Resent{Reenviadas: n, Expurgadas: purged}, nil
 }
 
 // RetryResult is the answer of "Tentar agora" for an integrator.

@@ -25,6 +25,11 @@ const (
 	defaultPerIntegr   = 16
 )
 
+// DefaultDeadLetterRetention is how long a dead letter keeps its body,
+// counted from when it dead-lettered: longer than a delivered one's, since
+// an operator must notice the failure and fix the receiver before resending.
+const DefaultDeadLetterRetention = 30 * 24 * time.Hour
+
 // Dispatcher delivers the outbox: it claims due rows with a lease (at most
 // one in flight per integrator and aggregate, in sequence order: the claim
 // keeps that), posts them through its Sender, and hands the outcomes back to
@@ -49,6 +54,9 @@ type Dispatcher struct {
 	MaxInFlight   int           // default 32
 	PerIntegrator int           // default 16
 	Jitter        func() float64
+	// DeadLetterRetention is how long a dead letter keeps its body, and so
+	// can be resent; default 30 days.
+	DeadLetterRetention time.Duration
 	// ReapOnStart returns every leased row at start, counting a crash for
 	// each: right when one node runs one dispatcher (SQLite), so any lease
 	// found at start belonged to a process that died.
@@ -88,6 +96,9 @@ func (d *Dispatcher) init() {
 		}
 		if d.Retention == 0 {
 			d.Retention = DefaultRetention
+		}
+		if d.DeadLetterRetention == 0 {
+			d.DeadLetterRetention = DefaultDeadLetterRetention
 		}
 		if d.MaxInFlight == 0 {
 			d.MaxInFlight = defaultInFlight
@@ -541,6 +552,26 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 	if _, err := d.Store.PurgeDelivered(ctx, now.Add(-d.Retention)); err != nil {
 		d.Logger.Error("purge delivered bodies", "err", err)
 	}
+	if n, err := d.Store.PurgeDeadLetters(ctx, now.Add(-d.DeadLetterRetention)); err != nil {
+		d.Logger.Error("purge dead-lettered bodies", "err", err)
+	} else if n > 0 {
+		d.Logger.Info("purged the bodies of dead letters past their retention: they can no longer be resent", "n", n)
+	}
+}
+
+// openBody decrypts a claimed row's body for its one attempt: the clear
+// envelope lives only in this attempt's memory. A purged body (nil) is the
+// Sender's to refuse; one that does not open (another master key sealed it,
+// or it was altered or moved) is never sent, and a retry cannot change that.
+func (d *Dispatcher) openBody(del Delivery) ([]byte, error) {
+	if del.Corpo == nil {
+		return nil, nil
+	}
+	body, err := d.Integrators.Sealer.OpenBody(del.Corpo, del.EventID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w (outra master.key o cifrou, ou ele foi alterado)", errUnsendable, err)
+	}
+	return body, nil
 }
 
 // deliver makes one attempt and decides what follows it.
@@ -554,8 +585,11 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 	in, err := d.Integrators.cached(del.Integrador)
 	r := SendResult{Err: err}
 	if err == nil {
-		r = d.Sender.Send(ctx, in, Request{EventID: del.EventID, Agregado: del.Agregado, Sequencia: del.Sequencia,
-			Corpo: del.Corpo, EntregaID: res.Attempt.EntregaID, Tentativa: attempt})
+		var body []byte
+		if body, r.Err = d.openBody(del); r.Err == nil {
+			r = d.Sender.Send(ctx, in, Request{EventID: del.EventID, Agregado: del.Agregado, Sequencia: del.Sequencia,
+				Corpo: body, EntregaID: res.Attempt.EntregaID, Tentativa: attempt})
+		}
 	}
 	end := d.Now()
 	res.Attempt.DuracaoMS = end.Sub(start).Milliseconds()

@@ -854,7 +854,7 @@ func TestAnUnsendableDeliveryIsDeadLetteredWithoutTrippingTheBreaker(t *testing.
 		id := uuid.Must(uuid.NewV7()).String()
 		ev := app.Event{EventID: id, Tipo: "teste:a", VersaoSchema: "1.0.0", Timestamp: k.clock.Now(), Origem: "teste",
 			CorrelacaoID: id, Agregado: "x\r\nX-Injetado: 1", Payload: json.RawMessage(`{"n":1}`)}
-		out := &app.Outbox{Body: []byte(`{"n":1}`), Agregado: ev.Agregado, Recipients: func(string) []string { return []string{in.ID} }}
+		out := &app.Outbox{Body: k.integrators.Sealer.SealBody([]byte(`{"n":1}`), id), Agregado: ev.Agregado, Recipients: func(string) []string { return []string{in.ID} }}
 		if _, err := k.db.Append(context.Background(), []app.Pending{{Event: ev, Outbox: out}}); err != nil {
 			t.Fatal(err)
 		}

@@ -88,6 +88,9 @@ type Page[T any] struct {
 	// (events, oldest first) or sequence_fim (newest first), id_inicio or
 	// id_fim for deliveries, with the same filters and ordem.
 	Proximo string `json:"proximo,omitempty"`
+	// TruncadaPorTamanho says the page stopped before limite because its
+	// rows reached PageBytes (SPEC 10); Proximo continues it as any other.
+	TruncadaPorTamanho bool `json:"truncada_por_tamanho,omitempty"`
 }
 
 // nextCursor is a full page's Proximo: one past its last key, in its order.

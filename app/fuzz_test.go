@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +55,12 @@ var fuzzType = app.TypeVersion{Tipo: fuzzTipo, Versao: "1.0.0", Audiencia: app.A
 		Arredondar: []string{"/local"},
 	}}
 
+// fuzzFree keeps any object whole: the type an older binary let a 9,000-level
+// payload through, so only the nesting limit keeps deep payloads out of the
+// log.
+var fuzzFree = app.TypeVersion{Tipo: "fuzz:livre", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+	Schema: json.RawMessage(`{"type": "object"}`), Redacao: redact.Rules{Manter: []string{""}}}
+
 // fuzzKept are the manter paths of fuzzType, as steps (* = every element).
 var fuzzKept = [][]string{{"id"}, {"nota"}, {"itens", "*", "codigo"}}
 
@@ -84,7 +93,7 @@ func FuzzPublish(f *testing.F) {
 	}
 	deprecated := fuzzType
 	deprecated.Versao = fuzzDeprecated
-	for _, tv := range []app.TypeVersion{fuzzType, deprecated} {
+	for _, tv := range []app.TypeVersion{fuzzType, deprecated, fuzzFree} {
 		if _, _, err := reg.Register(ctx, tv); err != nil {
 			f.Fatal(err)
 		}
@@ -145,6 +154,22 @@ func FuzzPublish(f *testing.F) {
 	} {
 		f.Add(fuzzTipo, "rh", "", "", "", "", []byte(ok), e.agregado, e.autoriaID, e.autoriaTipo, e.solicitacao)
 	}
+	// Nesting at, around and far past the limit, of objects, lists and both,
+	// with brackets inside strings that are not levels.
+	for _, n := range []int{app.MaxDepth - 1, app.MaxDepth, app.MaxDepth + 1, 10_000} {
+		objects := strings.Repeat(`{"a":`, n) + `1` + strings.Repeat("}", n)
+		lists := `{"l":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + `}`
+		texts := `{"s":"]}[{\"` + strings.Repeat("[", 100) + `","a":[` +
+			strings.Repeat(`{"c":`, n-2) + `0` + strings.Repeat("}", n-2) + `]}`
+		for _, p := range []string{objects, lists, texts} {
+			f.Add(fuzzFree.Tipo, "rh", "", "", "", "", []byte(p), "", "", "", "")
+		}
+		f.Add(fuzzTipo, "rh", "", "", "", "", []byte(`{"id":"0199bb3e-0000-7000-8000-000000000001","local":{"lat":1,"lng":2},"x":`+objects+`}`), "", "", "", "")
+	}
+	rnd := rand.New(rand.NewPCG(16, 1))
+	for range 20 {
+		f.Add(fuzzFree.Tipo, "rh", "", "", "", "", []byte(fuzzNesting(rnd, app.MaxDepth-4+rnd.IntN(8))), "", "", "", "")
+	}
 	schema := fuzzSchema(f)
 
 	f.Fuzz(func(t *testing.T, tipo, origem, eventID, ts, corr, versao string, payload []byte,
@@ -172,13 +197,21 @@ func FuzzPublish(f *testing.F) {
 		mu.Lock()
 		hooked := committed
 		mu.Unlock()
+		depth := fuzzDepth(payload)
 		if err != nil {
 			t.Logf("refused: %v %+v", err, fuzzDetails(err))
 			fuzzCheckError(t, err)
 			if after != before || len(hooked) != 0 {
 				t.Fatalf("a refused publish changed the log: %d -> %d rows, %d emitted", before, after, len(hooked))
 			}
+			if e := (*app.Error)(nil); errors.As(err, &e) && strings.Contains(e.Message, "aninhado") &&
+				json.Valid(payload) && depth <= app.MaxDepth {
+				t.Fatalf("refused as nested too deep at %d levels: %+v", depth, e.Details)
+			}
 			return
+		}
+		if depth > app.MaxDepth {
+			t.Fatalf("a payload nested %d levels deep was accepted", depth)
 		}
 
 		t.Logf("published: created=%v sequence=%d payload=%s", created, ev.Sequence, ev.Payload)
@@ -192,6 +225,11 @@ func FuzzPublish(f *testing.F) {
 			t.Fatalf("a repeat was emitted again")
 		case created && !json.Valid(hooked[0].FullPayload):
 			t.Fatalf("live consumers got an invalid full payload: %q", hooked[0].FullPayload)
+		}
+		if created {
+			if d := fuzzDepth(hooked[0].FullPayload); d > app.MaxDepth {
+				t.Fatalf("live consumers got a payload nested %d levels deep", d)
+			}
 		}
 		if !created && eventID == "" {
 			t.Fatalf("created=false without an event_id to repeat")
@@ -209,15 +247,79 @@ func FuzzPublish(f *testing.F) {
 		if !json.Valid(stored.Payload) {
 			t.Fatalf("stored payload is not valid JSON: %q", stored.Payload)
 		}
+		if d := fuzzDepth(stored.Payload); d > app.MaxDepth {
+			t.Fatalf("the log holds a payload nested %d levels deep", d)
+		}
 		if !created {
 			return // the first publish of this id was checked when it was made
 		}
 		if stored.Tipo != tipo || stored.VersaoSchema != "1.0.0" {
 			t.Fatalf("stored %s@%s from a publish of %q@%q", stored.Tipo, stored.VersaoSchema, tipo, versao)
 		}
+		if tipo == fuzzFree.Tipo {
+			if !fuzzSameJSON(t, payload, stored.Payload) {
+				t.Fatalf("a type that keeps everything stored %s of %s", stored.Payload, payload)
+			}
+			return
+		}
 		fuzzCheckAccepted(t, schema, req, stored)
 		fuzzCheckRedacted(t, payload, stored.Payload)
 	})
+}
+
+// fuzzDepth is how deeply doc nests objects and lists, read token by token
+// (apart from the checker under test). It stops counting just past the
+// limit, and at the first token that is not JSON.
+func fuzzDepth(doc []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	level, depth := 0, 0
+	for depth <= app.MaxDepth {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			level++
+			depth = max(depth, level)
+		case json.Delim('}'), json.Delim(']'):
+			level--
+		}
+	}
+	return depth
+}
+
+// fuzzNesting is a random object nesting objects and lists exactly levels
+// deep: one spine of containers, each with a few scalar siblings, keys and
+// strings holding brackets, quotes and escapes.
+func fuzzNesting(rnd *rand.Rand, levels int) string {
+	texts := []string{`"a"`, `"[{"`, `"\"}"`, `"x/y~z"`, `"\u007b"`, `""`}
+	scalar := func() string { return []string{`1`, `null`, texts[rnd.IntN(len(texts))]}[rnd.IntN(3)] }
+	var open, closing []string
+	for level := range levels {
+		object := level == 0 || rnd.IntN(2) == 0
+		siblings := rnd.IntN(3)
+		var b strings.Builder
+		b.WriteString(map[bool]string{true: "{", false: "["}[object])
+		for k := range siblings {
+			if object {
+				b.WriteString(`"s` + strconv.Itoa(k) + texts[rnd.IntN(len(texts))][1:] + ":")
+			}
+			b.WriteString(scalar() + ",")
+		}
+		if object {
+			b.WriteString(`"n` + texts[rnd.IntN(len(texts))][1:] + ":")
+		}
+		open = append(open, b.String())
+		closing = append(closing, map[bool]string{true: "}", false: "]"}[object])
+	}
+	slices.Reverse(closing)
+	return strings.Join(open, "") + scalar() + strings.Join(closing, "")
+}
+
+func fuzzSameJSON(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	return reflect.DeepEqual(fuzzDecode(t, bytes.TrimSpace(a)), fuzzDecode(t, b))
 }
 
 // fuzzSchema compiles fuzzType's schema apart from the registry, as the

@@ -30,8 +30,11 @@ type Delivery struct {
 	UltimoErro       string     `json:"ultimo_erro,omitempty"`
 	EntregueEm       *time.Time `json:"entregue_em,omitempty"`
 	CriadoEm         time.Time  `json:"criado_em"`
+	// CorpoExpurgado: the body was purged after its retention (SPEC 6.4),
+	// so the row can no longer be sent, nor resent.
+	CorpoExpurgado bool `json:"corpo_expurgado"`
 
-	Corpo  []byte `json:"-"` // the envelope; nil once purged
+	Corpo  []byte `json:"-"` // the envelope, sealed (Sealer.SealBody); nil once purged
 	Quedas int    `json:"-"`
 	// TentativasAntes is how many attempts the row had when an operator last
 	// resent it: the attempt budget counts from there, the numbering does not.
@@ -124,6 +127,9 @@ type OutboxStore interface {
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
 	ReleaseDeliveries(ctx context.Context, worker string) error
 	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
+	// PurgeDeadLetters drops the bodies of rows that dead-lettered before
+	// before: from then on they say so, and a resend is refused.
+	PurgeDeadLetters(ctx context.Context, before time.Time) (int, error)
 	// NextDue says when the earliest pending row of these integrators that
 	// is not yet due at after comes due.
 	NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error)
@@ -133,11 +139,28 @@ type OutboxStore interface {
 	// These three changes write their audit entry (nil: none) in their own
 	// transaction, with the count of rows for its CountAs.
 	Resend(ctx context.Context, id int64, now time.Time, audit *AuditEntry) error
-	ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *AuditEntry) (int, error)
+	// ResendAll resends the integrator's rows in status that still have
+	// their body, and counts those it left because theirs was purged.
+	ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *AuditEntry) (resent, purged int, err error)
 	// DueNow makes pending rows due at now: the integrator's (id 0), or the
 	// one row id of it, which must be pendente (EConflict otherwise).
 	DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *AuditEntry) (int, error)
 	AuditLog
+}
+
+// ClearBodies is the store's side of the upgrade that seals the bodies an
+// earlier version stored in clear (SealStoredBodies).
+type ClearBodies interface {
+	// ClearBodiesPending says whether the upgrade has not finished.
+	ClearBodiesPending(ctx context.Context) (bool, error)
+	// SealClearBodies seals the next batch of at most n bodies, in one
+	// transaction that also records how far it got, so a restart resumes
+	// there. seal returns a body's sealed form, or nil to leave it (it is
+	// sealed already). done is true once no body is left to look at.
+	SealClearBodies(ctx context.Context, n int, seal func(eventID string, body []byte) []byte) (sealed int, done bool, err error)
+	// ScrubClearBodies rewrites the database file and empties the WAL, so
+	// that no free page keeps a clear body, and marks the upgrade finished.
+	ScrubClearBodies(ctx context.Context) error
 }
 
 // sortedPayload re-encodes a decoded payload with its keys sorted, as the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -48,6 +47,17 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 		return Event{}, false, errIDTaken()
 	}
 	return stored[0].Event, stored[0].Created, nil
+}
+
+// PublishExternal is the publish of everyone but the built-in plugins: the
+// API's POST /api/events, whatever the token's role. It refuses what is the
+// plugins' own (CheckExternalPublish) before anything else runs; the plugins
+// publish through Commands, which calls PublishAudited.
+func (p *Publisher) PublishExternal(ctx context.Context, req PublishRequest) (Event, bool, error) {
+	if err := CheckExternalPublish(req); err != nil {
+		return Event{}, false, err
+	}
+	return p.Publish(ctx, req)
 }
 
 // sameSender says whether a repeat of an event_id is the publish that
@@ -118,6 +128,9 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	if len(raw) > MaxPayloadBytes {
 		return Pending{}, Errorf(ETooLarge, "payload maior que %d bytes", MaxPayloadBytes)
 	}
+	if err := checkDepth(raw, MaxDepth, "/payload"); err != nil {
+		return Pending{}, err
+	}
 	object := len(raw) > 0 && raw[0] == '{'
 	if !object {
 		findings.add("payload deve ser um objeto não nulo", Detail{"/payload", "deve ser um objeto JSON"})
@@ -181,10 +194,19 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 			bad = append(bad, Detail{"/solicitacao", "deve ser o UUID (x-solicitacao-id) do comando"})
 		}
 	}
-	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255 || strings.ContainsFunc(req.Agregado, unicode.IsControl)) {
-		// It travels in X-Geohub-Agregado: a control character would make
-		// every delivery of the event impossible.
-		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas nem caracteres de controle, até 255 caracteres"})
+	if strings.TrimSpace(req.Origem) != "" {
+		if d := checkIdentifier("/origem", req.Origem); d != nil {
+			bad = append(bad, *d)
+		}
+	}
+	if req.Agregado != "" && (strings.TrimSpace(req.Agregado) != req.Agregado || len(req.Agregado) > 255) {
+		bad = append(bad, Detail{"/agregado", "sem espaços nas pontas, até 255 caracteres"})
+	} else if d := checkIdentifier("/agregado", req.Agregado); d != nil {
+		// It travels in X-Geohub-Agregado, where a control character would
+		// make every delivery impossible, and receivers order by it byte
+		// for byte, where an invisible one would make a second aggregate
+		// that reads like the first.
+		bad = append(bad, *d)
 	}
 	if a := req.Autoria; a != nil {
 		if a.ID == "" || len(a.ID) > 255 {
@@ -246,6 +268,8 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 		if out.Body, err = buildEnvelope(ev, sorted); err != nil {
 			return Pending{}, fmt.Errorf("encode envelope: %w", err)
 		}
+		// The envelope is the full payload: the store only ever sees it sealed.
+		out.Body = p.Integrators.Sealer.SealBody(out.Body, ev.EventID)
 	}
 	return Pending{Event: ev, Full: raw, Outbox: out}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -98,7 +99,7 @@ var errBadLogin = Errorf(EUnauthorized, "login ou senha incorretos")
 // limit.
 func (s *Sessions) Login(ctx context.Context, login, senha, client string) (string, Operator, error) {
 	now := s.Now()
-	keys := []string{"ip:" + client}
+	keys := []string{"ip:" + limitedClient(client)}
 	// Only a login that could exist gets its own counter: arbitrary strings
 	// would let anyone grow the table.
 	if loginPattern.MatchString(login) {
@@ -146,6 +147,23 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 		return "", Operator{}, err
 	}
 	return secret, o, nil
+}
+
+// limitedClient is the unit the per-address login limit counts: an IPv4
+// address (also written IPv4-mapped), or an IPv6 client's /64, since one
+// subscriber usually gets a whole /64 and could otherwise take a fresh
+// address, and a fresh counter, for every guess. Anything else (a Unix
+// socket's peer) counts as written.
+func limitedClient(client string) string {
+	a, err := netip.ParseAddr(client)
+	if err != nil {
+		return client
+	}
+	a = a.Unmap().WithZone("")
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, 64).Masked().String()
 }
 
 // loginFailed records a failed login on its own: there is no change to

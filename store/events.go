@@ -174,7 +174,9 @@ func scanEvent(row scanner) (app.Event, error) {
 	var ev app.Event
 	var ts, criado int64
 	var agregado, autoriaID, autoriaTipo, solicitacao sql.NullString
-	var payload string
+	// Scanned into a byte slice: through a string, a MiB payload would be
+	// copied twice.
+	var payload []byte
 	err := row.Scan(&ev.Sequence, &ev.EventID, &ev.Tipo, &ev.VersaoSchema, &ts, &ev.Origem,
 		&ev.CorrelacaoID, &agregado, &autoriaID, &autoriaTipo, &solicitacao, &payload, &criado)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -188,7 +190,7 @@ func scanEvent(row scanner) (app.Event, error) {
 	if autoriaID.Valid {
 		ev.Autoria = &app.Autoria{ID: autoriaID.String, Tipo: autoriaTipo.String}
 	}
-	ev.Payload = json.RawMessage(payload)
+	ev.Payload = payload
 	return ev, nil
 }
 
@@ -199,6 +201,16 @@ func (db *DB) Event(ctx context.Context, eventID string) (app.Event, error) {
 
 // Events implements app.EventLog: one page and the total matching count.
 func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, error) {
+	total, err := db.CountMatching(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, _, err := db.EventChunk(ctx, f, 0)
+	return out, total, err
+}
+
+// eventWhere is the WHERE clause of f's filters, paging aside.
+func eventWhere(f app.EventFilter) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) {
@@ -236,14 +248,25 @@ func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, 
 	if f.SequenceFim > 0 {
 		add("sequence_number <= ?", f.SequenceFim)
 	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
+	if len(where) == 0 {
+		return "", nil
 	}
+	return " WHERE " + strings.Join(where, " AND "), args
+}
+
+// CountMatching implements app.PageLog.
+func (db *DB) CountMatching(ctx context.Context, f app.EventFilter) (int, error) {
+	cond, args := eventWhere(f)
 	var total int
 	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log"+cond, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count events: %w", err)
+		return 0, fmt.Errorf("count events: %w", err)
 	}
+	return total, nil
+}
+
+// EventChunk implements app.PageLog; maxBytes 0 reads the whole page.
+func (db *DB) EventChunk(ctx context.Context, f app.EventFilter, maxBytes int) ([]app.Event, bool, error) {
+	cond, args := eventWhere(f)
 	order := " ORDER BY sequence_number"
 	if f.Desc {
 		order += " DESC"
@@ -251,15 +274,20 @@ func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, 
 	rows, err := db.read.QueryContext(ctx, "SELECT "+eventColumns+" FROM event_log"+cond+
 		order+" LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("query events: %w", err)
+		return nil, false, fmt.Errorf("query events: %w", err)
 	}
-	out, err := collectEvents(rows)
-	return out, total, err
+	return collectEvents(rows, maxBytes)
 }
 
 // EventsAfter implements app.EventLog: the replay read, a range scan on the
 // primary key (or on the tipo index when filtering by a few types).
 func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit int) ([]app.Event, error) {
+	out, _, err := db.EventsAfterChunk(ctx, after, tipos, limit, 0)
+	return out, err
+}
+
+// EventsAfterChunk implements app.PageLog; maxBytes 0 reads limit rows.
+func (db *DB) EventsAfterChunk(ctx context.Context, after int64, tipos []string, limit, maxBytes int) ([]app.Event, bool, error) {
 	q := "SELECT " + eventColumns + " FROM event_log WHERE sequence_number > ?"
 	args := []any{after}
 	if len(tipos) > 0 {
@@ -271,22 +299,29 @@ func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limi
 	q += " ORDER BY sequence_number LIMIT ?"
 	rows, err := db.read.QueryContext(ctx, q, append(args, limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("replay events: %w", err)
+		return nil, false, fmt.Errorf("replay events: %w", err)
 	}
-	return collectEvents(rows)
+	return collectEvents(rows, maxBytes)
 }
 
-func collectEvents(rows *sql.Rows) ([]app.Event, error) {
+// collectEvents reads rows until they end or, with maxBytes > 0, until the
+// records read reach maxBytes: closing the rows there stops SQLite before
+// it reads the next payload.
+func collectEvents(rows *sql.Rows, maxBytes int) ([]app.Event, bool, error) {
 	defer rows.Close()
 	out := []app.Event{}
+	size := 0
 	for rows.Next() {
 		ev, err := scanEvent(rows)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out = append(out, ev)
+		if size += ev.Size(); maxBytes > 0 && size >= maxBytes {
+			return out, true, rows.Err()
+		}
 	}
-	return out, rows.Err()
+	return out, false, rows.Err()
 }
 
 // MaxSequence implements app.EventLog.

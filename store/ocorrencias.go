@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
+	"geohub/app"
 	"geohub/app/ocorrencia"
 )
 
@@ -49,9 +52,19 @@ func (db *DB) SaveOcorrencia(ctx context.Context, s ocorrencia.Summary) error {
 	})
 }
 
-// Ocorrencias implements ocorrencia.ReadModel: newest registration first,
-// by keyset on the rowid, and each row's despachos in one more query.
+// Ocorrencias returns up to f.Limite rows, newest first (OcorrenciasPage
+// without its cut).
 func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, error) {
+	out, _, err := db.OcorrenciasPage(ctx, f)
+	return out, err
+}
+
+// OcorrenciasPage implements ocorrencia.ReadModel: newest registration
+// first, by keyset on the rowid, and each row's despachos in one more
+// query. The despachos are read newest row first, so that the page can end
+// at app.PageBytes (an ocorrência's despachos have no bound) without
+// reading those of the rows it leaves out.
+func (db *DB) OcorrenciasPage(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, bool, error) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) {
@@ -83,7 +96,7 @@ func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrenci
 	}
 	rows, err := db.read.QueryContext(ctx, q+" ORDER BY registrada_seq DESC LIMIT ?", append(args, f.Limite)...)
 	if err != nil {
-		return nil, fmt.Errorf("list ocorrências: %w", err)
+		return nil, false, fmt.Errorf("list ocorrências: %w", err)
 	}
 	defer rows.Close()
 	out := []ocorrencia.Summary{}
@@ -93,17 +106,17 @@ func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrenci
 		var reg, upd int64
 		if err := rows.Scan(&s.Cursor, &s.ID, &s.Natureza, &s.Status, &s.Integrador, &reg, &upd,
 			&s.Versao, &s.UltimaSequencia); err != nil {
-			return nil, fmt.Errorf("list ocorrências: %w", err)
+			return nil, false, fmt.Errorf("list ocorrências: %w", err)
 		}
 		s.RegistradaEm, s.AtualizadaEm, s.Despachos = fromMS(reg), fromMS(upd), []ocorrencia.Despacho{}
 		at[s.Cursor] = len(out)
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list ocorrências: %w", err)
+		return nil, false, fmt.Errorf("list ocorrências: %w", err)
 	}
 	if len(out) == 0 {
-		return out, nil
+		return out, false, nil
 	}
 	// A filtered page's rows can lie far apart: name them, so the read is
 	// one seek per row rather than a scan of the range between.
@@ -112,21 +125,57 @@ func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrenci
 		seqs[i] = s.Cursor
 	}
 	drows, err := db.read.QueryContext(ctx, `SELECT ocorrencia_seq, id, recurso, status FROM ocorrencia_despacho
-		WHERE ocorrencia_seq IN (?`+strings.Repeat(", ?", len(seqs)-1)+`) ORDER BY ocorrencia_seq, ordem`, seqs...)
+		WHERE ocorrencia_seq IN (?`+strings.Repeat(", ?", len(seqs)-1)+`) ORDER BY ocorrencia_seq DESC, ordem DESC`, seqs...)
 	if err != nil {
-		return nil, fmt.Errorf("list despachos: %w", err)
+		return nil, false, fmt.Errorf("list despachos: %w", err)
 	}
 	defer drows.Close()
+	// rows[:whole] have all their despachos: those registered after the
+	// despacho being read.
+	size, whole, cut := 0, 0, false
+	complete := func(seq int64) bool {
+		for whole < len(out) && out[whole].Cursor > seq {
+			size += summarySize(out[whole])
+			if whole++; size >= app.PageBytes && whole < len(out) {
+				return true
+			}
+		}
+		return false
+	}
 	for drows.Next() {
 		var seq int64
 		var d ocorrencia.Despacho
 		if err := drows.Scan(&seq, &d.ID, &d.Recurso.Identificador, &d.Status); err != nil {
-			return nil, fmt.Errorf("list despachos: %w", err)
+			return nil, false, fmt.Errorf("list despachos: %w", err)
+		}
+		if cut = complete(seq); cut {
+			break
 		}
 		if i, ok := at[seq]; ok {
 			d.OcorrenciaID = out[i].ID
 			out[i].Despachos = append(out[i].Despachos, d)
 		}
 	}
-	return out, drows.Err()
+	if err := drows.Err(); err != nil {
+		return nil, false, fmt.Errorf("list despachos: %w", err)
+	}
+	if !cut {
+		cut = complete(math.MinInt64)
+	}
+	if cut {
+		out = out[:whole]
+	}
+	for _, s := range out {
+		slices.Reverse(s.Despachos)
+	}
+	return out, cut, nil
+}
+
+// summarySize is near what the row takes encoded (see app.Event.Size).
+func summarySize(s ocorrencia.Summary) int {
+	n := 200 + len(s.ID) + len(s.Natureza) + len(s.Status) + len(s.Integrador)
+	for _, d := range s.Despachos {
+		n += 120 + len(d.ID) + len(d.OcorrenciaID) + len(d.Recurso.Identificador) + len(d.Status)
+	}
+	return n
 }

@@ -23,7 +23,7 @@ const (
 	insertCorpoSQL = `INSERT INTO outbox_corpo (outbox_id, corpo) VALUES (?, ?)`
 	finishSQL      = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
 				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
-				entregue_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
+				entregue_em = ?, falhou_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
 	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL
 				WHERE id = ? AND worker = ? AND status = 'processando'`
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
@@ -72,7 +72,7 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 }
 
 const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes`
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado`
 
 // corpoColumn reads a delivery's body beside its row: NULL once purged.
 const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
@@ -82,7 +82,7 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 	var proxima, criado int64
 	var ultimo, entregue sql.NullInt64
 	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes}
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado}
 	if withBody {
 		dest = append(dest, &d.Corpo)
 	}
@@ -168,15 +168,19 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				}
 				continue
 			}
-			var entregue any
-			if r.Status == app.EntregaEntregue {
-				entregue = ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
+			var entregue, falhou any // when it was delivered, or dead-lettered
+			end := ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
+			switch r.Status {
+			case app.EntregaEntregue:
+				entregue = end
+			case app.EntregaFalhou:
+				falhou = end
 			}
 			var code any
 			if r.Attempt.StatusCode != 0 {
 				code = r.Attempt.StatusCode
 			}
-			if _, err := tx.stmt(tx.stmts.finish).Exec(r.Status, ms(r.Proxima), code, r.UltimoErr, entregue,
+			if _, err := tx.stmt(tx.stmts.finish).Exec(r.Status, ms(r.Proxima), code, r.UltimoErr, entregue, falhou,
 				r.ID, r.Worker); err != nil {
 				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
 			}
@@ -225,7 +229,8 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 				status = CASE WHEN quedas + 1 >= ?1 THEN 'falhou' ELSE 'pendente' END,
 				ultimo_erro = CASE WHEN quedas + 1 >= ?1
 					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
-					ELSE ultimo_erro END
+					ELSE ultimo_erro END,
+				falhou_em = CASE WHEN quedas + 1 >= ?1 THEN ?2 END
 			WHERE status = 'processando' AND lease_ate < ?2`, maxQuedas, ms(now))
 		if err != nil {
 			return fmt.Errorf("reap deliveries: %w", err)
@@ -264,6 +269,33 @@ func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error)
 			return err
 		}
 		res, err := tx.Exec(markPurgedSQL, ms(before))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// Dead letters keep their body for a retention of their own, counted from
+// falhou_em; both statements walk outbox_falhou_idx, which holds only the
+// dead letters that still have one.
+const (
+	purgeDeadBodiesSQL = `DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_falhou_idx
+			WHERE status = 'falhou' AND expurgado = 0 AND falhou_em < ?)`
+	markDeadPurgedSQL = `UPDATE outbox INDEXED BY outbox_falhou_idx SET expurgado = 1
+			WHERE status = 'falhou' AND expurgado = 0 AND falhou_em < ?`
+)
+
+// PurgeDeadLetters implements app.OutboxStore.
+func (db *DB) PurgeDeadLetters(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		if _, err := tx.Exec(purgeDeadBodiesSQL, ms(before)); err != nil {
+			return err
+		}
+		res, err := tx.Exec(markDeadPurgedSQL, ms(before))
 		if err != nil {
 			return err
 		}
@@ -381,31 +413,46 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.Au
 			return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
 		}
 		if purged {
-			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado")
+			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
 		}
 		if _, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
-			quedas = 0 WHERE id = ?`, ms(now), id); err != nil {
+			quedas = 0, falhou_em = NULL WHERE id = ?`, ms(now), id); err != nil {
 			return err
 		}
 		return tx.audit(audit, ms(db.now()))
 	})
 }
 
-// ResendAll implements app.OutboxStore.
-func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, error) {
-	var n int64
+// Bulk resend reads one integrator's dead letters in outbox_mortas_idx: those
+// with their body go back in line, the purged ones are counted.
+const (
+	resendAllSQL = `UPDATE outbox INDEXED BY outbox_mortas_idx SET status = 'pendente', proxima_tentativa = ?,
+			tentativas_antes = tentativas, quedas = 0, falhou_em = NULL
+			WHERE integrador_id = ? AND status = 'falhou' AND expurgado = 0`
+	countPurgedDeadSQL = `SELECT count(*) FROM outbox INDEXED BY outbox_mortas_idx
+			WHERE integrador_id = ? AND status = 'falhou' AND expurgado = 1`
+)
+
+// ResendAll implements app.OutboxStore: only dead letters are resent.
+func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, int, error) {
+	if status != app.EntregaFalhou {
+		return 0, 0, app.Errorf(app.EInvalid, "só entregas falhou podem ser reenviadas")
+	}
+	var n, purged int64
 	err := db.do(ctx, func(tx *wtx) error {
-		res, err := tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
-			quedas = 0 WHERE integrador_id = ? AND status = ? AND expurgado = 0`, ms(now), integrador, status)
+		res, err := tx.Exec(resendAllSQL, ms(now), integrador)
 		if err != nil {
 			return err
 		}
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
+		if err := tx.QueryRow(countPurgedDeadSQL, integrador).Scan(&purged); err != nil {
+			return err
+		}
 		return tx.audit(audit.Counted(n), ms(db.now()))
 	})
-	return int(n), err
+	return int(n), int(purged), err
 }
 
 // DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows

@@ -174,6 +174,12 @@ func TestQueryPlans(t *testing.T) {
 			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},
 		{name: "PurgeDelivered bodies (writer)", sql: purgeBodiesSQL, file: "-", args: []any{ms(ts)}},
 		{name: "PurgeDelivered mark (writer)", sql: markPurgedSQL, file: "-", args: []any{ms(ts)}},
+		// Writer statements (outbox.go, sealbodies.go): dead letters' retention and the upgrade's batches.
+		{name: "PurgeDeadLetters bodies (writer)", sql: purgeDeadBodiesSQL, file: "-", args: []any{ms(ts)}},
+		{name: "PurgeDeadLetters mark (writer)", sql: markDeadPurgedSQL, file: "-", args: []any{ms(ts)}},
+		{name: "ResendAll (writer)", sql: resendAllSQL, file: "-", args: []any{ms(ts), "int-1"}},
+		{name: "ResendAll purged count (writer)", sql: countPurgedDeadSQL, file: "-", args: []any{"int-1"}},
+		{name: "SealClearBodies batch (writer)", sql: clearBodiesSQL, file: "-", args: []any{int64(100), 256}},
 		// Writer statements (consumers.go).
 		{name: "AdvanceCursors clamp (writer)", sql: planAdvanceCursorSQL,
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},

@@ -78,7 +78,7 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	f.Limite = app.MaxLimite
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Content-Disposition", `attachment; filename="auditoria.ndjson"`)
-	flusher, _ := w.(http.Flusher)
+	out := newStreamWriter(w)
 	for n := 0; ; n++ {
 		page, err := s.Audit.List(r.Context(), quem, f)
 		if err != nil {
@@ -92,12 +92,12 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, e := range page.Linhas {
-			if err := jsonLine(w, e); err != nil {
+			if err := jsonLine(out, e); err != nil {
 				return
 			}
 		}
-		if flusher != nil {
-			flusher.Flush()
+		if out.Flush() != nil {
+			return
 		}
 		if page.Proximo == "" {
 			return

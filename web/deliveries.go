@@ -78,12 +78,12 @@ func (s *Server) resendDeliveries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	n, err := s.Deliveries.ResendAll(r.Context(), body.Integrador, body.Status)
+	res, err := s.Deliveries.ResendAll(r.Context(), body.Integrador, body.Status)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reenviadas": n})
+	writeJSON(w, http.StatusOK, res) // reenviadas, and expurgadas: those left, their body purged
 }
 
 func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {

@@ -18,10 +18,6 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := app.CheckExternalPublish(req); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	if t, ok := tokenOf(r); ok && req.Autoria == nil {
 		// SPEC 6.3: receivers read origem.autoria without a guard. A name
 		// too long for autoria.id gives way to the token's id: the client
@@ -32,7 +28,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		}
 		req.Autoria = &app.Autoria{Tipo: "sistema", ID: id}
 	}
-	ev, created, err := s.Publisher.Publish(r.Context(), req)
+	ev, created, err := s.Publisher.PublishExternal(r.Context(), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -51,12 +47,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	page, err := s.Queries.Events(r.Context(), f)
+	page, err := s.Queries.EventPage(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, page)
+	s.writeEventPage(w, r, page)
 }
 
 // parseFilter reads the query of GET /api/events, naming every bad parameter.
@@ -131,12 +127,12 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
-	page, err := s.Queries.Trace(r.Context(), r.PathValue("correlacaoId"))
+	page, err := s.Queries.TracePage(r.Context(), r.PathValue("correlacaoId"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, page)
+	s.writeEventPage(w, r, page)
 }
 
 // replay streams NDJSON, one record per line, flushing each batch so a client
@@ -165,7 +161,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
-	flusher, _ := w.(http.Flusher)
+	out := newStreamWriter(w)
 	buf := make([]byte, 0, 64<<10)
 	n := 0
 	for ev, err := range s.Queries.Replay(r.Context(), after, tipos) {
@@ -184,16 +180,16 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		// Stream in 32 KiB writes, each flushed, so a client reads while the
 		// next batch is loaded and memory stays flat however long the replay.
 		if len(buf) >= 32<<10 {
-			if _, err := w.Write(buf); err != nil {
+			if _, err := out.Write(buf); err != nil {
 				return
 			}
 			buf = buf[:0]
-			if flusher != nil {
-				flusher.Flush()
+			if out.Flush() != nil {
+				return
 			}
 		}
 	}
-	w.Write(buf)
+	out.Write(buf)
 }
 
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {

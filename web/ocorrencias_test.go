@@ -449,17 +449,17 @@ func TestBuiltinTypeConflictsAreReportedNotFatal(t *testing.T) {
 // schema that refuses everything) is not the caller's fault and not a bare
 // 500: 503 saying what to fix, and nothing recorded.
 func TestARegistryThatRefusesThePluginIsNotA500(t *testing.T) {
-	for _, c := range []struct{ tipo, audiencia string }{
-		{ocorrencia.TipoRegistrada, "originador"}, // the handler's own check of its event
-		{app.TipoComandoConcluido, "solicitante"}, // the outcome, refused at the append
+	for _, c := range []struct{ tipo, versao, audiencia string }{
+		{ocorrencia.TipoRegistrada, "1.0.0", "originador"},           // the handler's own check of its event
+		{app.TipoComandoConcluido, app.OutcomeVersao, "solicitante"}, // the outcome, refused at the append
 	} {
-		t.Run(c.tipo, func(t *testing.T) { registryRefusesPlugin(t, c.tipo, c.audiencia) })
+		t.Run(c.tipo, func(t *testing.T) { registryRefusesPlugin(t, c.tipo, c.versao, c.audiencia) })
 	}
 }
 
-func registryRefusesPlugin(t *testing.T, tipo, audiencia string) {
+func registryRefusesPlugin(t *testing.T, tipo, versao, audiencia string) {
 	env := apiSetup(t)
-	env.do(t, http.MethodPost, "/api/registro", app.PapelAdmin, map[string]any{"tipo": tipo, "versao": "1.0.0",
+	env.do(t, http.MethodPost, "/api/registro", app.PapelAdmin, map[string]any{"tipo": tipo, "versao": versao,
 		"audiencia": audiencia, "schema": map[string]any{"not": map[string]any{}}, "redacao": map[string]any{"manter": []string{""}}}).want(t, 201)
 	if conflicts, _, err := app.RegisterBuiltinTypes(t.Context(), env.Registry); err != nil || len(conflicts) != 1 {
 		t.Fatalf("conflicts %v, err %v", conflicts, err)

@@ -103,7 +103,11 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{}))
-	return s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return writeDeadline(s.logRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Every answer, errors, replay and metrics included: a browser must
+		// never take JSON or NDJSON for HTML or script. The console sets
+		// its own, the same.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if _, pattern := mux.Handler(r); pattern == "" {
 			if s.Console != nil && !strings.HasPrefix(r.URL.Path, "/api/") {
 				s.Console.ServeHTTP(w, r)
@@ -113,7 +117,7 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	})))
 }
 
 // unrouted answers what no route takes in the API's error shape, keeping the

@@ -41,6 +41,9 @@ type List struct {
 	Limite int       `json:"limite"`
 	// Proximo is the next page's cursor (as the antes parameter), "" at the end.
 	Proximo string `json:"proximo,omitempty"`
+	// TruncadaPorTamanho says the page stopped before limite at
+	// app.PageBytes.
+	TruncadaPorTamanho bool `json:"truncada_por_tamanho,omitempty"`
 }
 
 // ReadModel keeps the list's rows (implemented by package store).
@@ -48,8 +51,9 @@ type ReadModel interface {
 	// SaveOcorrencia writes a row, unless the stored one already folded a
 	// later event: a slow fold never overwrites a newer one.
 	SaveOcorrencia(ctx context.Context, s Summary) error
-	// Ocorrencias returns up to f.Limite rows matching f, newest first.
-	Ocorrencias(ctx context.Context, f Filter) ([]Summary, error)
+	// OcorrenciasPage returns up to f.Limite rows matching f, newest
+	// first, fewer once they reach app.PageBytes: cut says so.
+	OcorrenciasPage(ctx context.Context, f Filter) (rows []Summary, cut bool, err error)
 }
 
 // The list's paging bounds, as every list's.
@@ -117,12 +121,12 @@ func (s *Service) List(ctx context.Context, f Filter) (List, error) {
 		return List{}, &app.Error{Code: app.EInvalid, Message: "filtro inválido",
 			Details: []app.Detail{{Caminho: "/status", Mensagem: "aberta, em_atendimento ou encerrada"}}}
 	}
-	rows, err := s.ReadModel.Ocorrencias(ctx, f)
+	rows, cut, err := s.ReadModel.OcorrenciasPage(ctx, f)
 	if err != nil {
 		return List{}, err
 	}
-	l := List{Linhas: rows, Limite: f.Limite}
-	if len(rows) == f.Limite {
+	l := List{Linhas: rows, Limite: f.Limite, TruncadaPorTamanho: cut}
+	if len(rows) == f.Limite || cut {
 		l.Proximo = strconv.FormatInt(rows[len(rows)-1].Cursor, 10)
 	}
 	return l, nil

@@ -394,8 +394,8 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	screenshot(t, ctx, "registro-tipo")
 
 	do(t, ctx, "deprecate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)))
-	askedOnce(t, ctx, "Descontinuar jornada:iniciada@1.0.0?")
-	if msg := text(t, ctx, `p.aviso-ok`); !strings.Contains(msg, "jornada:iniciada@1.0.0 descontinuada") {
+	askedOnce(t, ctx, "Descontinuar jornada:iniciada@1.1.0?") // the newest version comes first
+	if msg := text(t, ctx, `p.aviso-ok`); !strings.Contains(msg, "jornada:iniciada@1.1.0 descontinuada") {
 		t.Fatalf("flash %q", msg)
 	}
 	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "descontinuado" {
@@ -403,7 +403,7 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	}
 	do(t, ctx, "reactivate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)),
 		chromedp.WaitVisible(css(`.versao-cabecalho .selo-ativo`)))
-	askedOnce(t, ctx, "Reativar jornada:iniciada@1.0.0?")
+	askedOnce(t, ctx, "Reativar jornada:iniciada@1.1.0?")
 
 	// A built-in plugin's type says why it cannot be deprecated, and a
 	// forged POST gets the reason, not a deprecated type.

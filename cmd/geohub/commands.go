@@ -75,6 +75,7 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 		"reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For and X-Forwarded-Proto the console believes (env GEOHUB_TRUSTED_PROXIES)")
 	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
+	retentionFlags(fs, &cfg)
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return cfg, false, err
 	}
@@ -261,21 +262,28 @@ func backupCmd(ctx context.Context, args []string) error {
 // given --signature, says whether it matches, comparing in constant time.
 func verifySignatureCmd(stdin io.Reader, stdout io.Writer, args []string) error {
 	fs := newFlags("verify-signature")
-	secret := fs.String("secret", envOr("GEOHUB_SECRET", ""), "the integrator's signing secret (env GEOHUB_SECRET)")
+	secretIn := secretFlag(fs, "secret", "GEOHUB_SECRET", "the integrator's signing secret", "stdin carries the body")
 	ts := fs.String("timestamp", "", "the X-Geohub-Timestamp header, epoch seconds")
 	sig := fs.String("signature", "", "the X-Geohub-Assinatura header to check (sha256=HEX); omit to only print")
+	if err := refuseArgvSecrets(args, secretIn); err != nil {
+		return err
+	}
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
+	secret, err := secretIn.value(stdin)
+	if err != nil {
+		return err
+	}
 	t, err := strconv.ParseInt(*ts, 10, 64)
-	if *secret == "" || err != nil {
-		return fmt.Errorf("--secret and a numeric --timestamp are required")
+	if secret == "" || err != nil {
+		return fmt.Errorf("the secret (--secret-file FILE or GEOHUB_SECRET) and a numeric --timestamp are required")
 	}
 	body, err := io.ReadAll(stdin)
 	if err != nil {
 		return err
 	}
-	want := app.Sign([]byte(*secret), t, body)
+	want := app.Sign([]byte(secret), t, body)
 	if *sig == "" {
 		fmt.Fprintln(stdout, want)
 		return nil
@@ -286,4 +294,94 @@ func verifySignatureCmd(stdin io.Reader, stdout io.Writer, args []string) error 
 	}
 	fmt.Fprintln(stdout, "assinatura confere")
 	return nil
+}
+
+// secretInput is a secret a command reads from a file, from stdin or from
+// the environment, never from its arguments: a process's command line is
+// readable by every user of the machine (ps, /proc/PID/cmdline) and stays
+// in shell histories, while its environment is readable only by its owner.
+type secretInput struct {
+	name string // the argv flag refused; the file flag is name+"-file"
+	env  string
+	// busyStdin, when set, is why stdin cannot carry the secret.
+	busyStdin string
+	file      string
+}
+
+// secretFlag registers --NAME-file for the secret that --NAME used to take;
+// busyStdin is why "-" cannot be used, "" when it can.
+func secretFlag(fs *flag.FlagSet, name, env, what, busyStdin string) *secretInput {
+	in := &secretInput{name: name, env: env, busyStdin: busyStdin}
+	fs.StringVar(&in.file, name+"-file", "",
+		fmt.Sprintf("file holding %s%s (or env %s; --%s VALUE is refused: the command line shows in ps)", what, in.stdinNote(), env, name))
+	return in
+}
+
+func (in *secretInput) stdinNote() string {
+	if in.busyStdin != "" {
+		return ""
+	}
+	return ", or - for stdin"
+}
+
+// refuseArgvSecrets refuses a secret given as an argument before the flags
+// are parsed, so that the answer says what to use instead (the flag
+// package would only say the flag is not defined).
+func refuseArgvSecrets(args []string, inputs ...*secretInput) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		for _, in := range inputs {
+			if name == in.name {
+				stdin := " (- for stdin)"
+				if in.busyStdin != "" {
+					stdin = ""
+				}
+				return fmt.Errorf("--%s is refused: a secret on the command line is visible to every user of this machine (ps) and stays in the shell history; use --%s-file FILE%s or the environment variable %s",
+					in.name, in.name, stdin, in.env)
+			}
+		}
+	}
+	return nil
+}
+
+// maxSecretBytes bounds what a secret file or stdin may hold.
+const maxSecretBytes = 64 << 10
+
+// value is the secret: the file's content (stdin's for "-") without its
+// line ending, or else the environment variable; "" when there is neither.
+func (in *secretInput) value(stdin io.Reader) (string, error) {
+	if in.file == "" {
+		return os.Getenv(in.env), nil
+	}
+	if in.file == "-" && in.busyStdin != "" {
+		return "", fmt.Errorf(`--%s-file -: %s; give the secret in a file, e.g. --%s-file <(printf %%s "$SEGREDO"), or in %s`,
+			in.name, in.busyStdin, in.name, in.env)
+	}
+	r := stdin
+	if in.file != "-" {
+		f, err := os.Open(in.file)
+		if err != nil {
+			return "", fmt.Errorf("--%s-file: %w", in.name, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxSecretBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--%s-file: %w", in.name, err)
+	}
+	if len(b) > maxSecretBytes {
+		return "", fmt.Errorf("--%s-file %s: more than %d bytes, not a secret", in.name, in.file, maxSecretBytes)
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		return "", fmt.Errorf("--%s-file %s is empty", in.name, in.file)
+	}
+	return v, nil
 }

@@ -20,12 +20,15 @@ Commands:
   geohub token revoke --id ID [--data DIR]
   geohub operator reset-password --login LOGIN [--data DIR]
   geohub backup  --out FILE [--data DIR]
-  geohub verify-signature --secret S --timestamp T [--signature sha256=HEX] < body
-  geohub simulador --geohub URL --api-key K --secret S --integrador ID [--listen HOST:PORT]
+  geohub verify-signature --secret-file FILE --timestamp T [--signature sha256=HEX] < body
+  geohub simulador --geohub URL --api-key-file FILE --secret-file FILE --integrador ID [--listen HOST:PORT]
   geohub simulador --registrar [--geohub URL] [--listen HOST:PORT]   (admin token in GEOHUB_TOKEN)
 
 Run "geohub <command> --help" for the flags of each command and the
-environment variable each flag reads.
+environment variable each flag reads. Secrets never go on the command line,
+which ps shows to every user: give them in a file (--secret-file,
+--api-key-file; - for stdin) or in the environment (GEOHUB_SECRET,
+GEOHUB_API_KEY, GEOHUB_TOKEN).
 `
 
 func main() {

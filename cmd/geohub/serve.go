@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -37,6 +38,41 @@ type Config struct {
 	LogLevel          string
 	AdminPassword     string
 	TrustedProxies    string // comma-separated addresses or CIDR prefixes
+	// How long outbox bodies are kept after delivery and after a dead
+	// letter (SPEC 6.4); 0 is the default. retentionErr is a bad value
+	// from the environment, which the flag set cannot report.
+	DeliveredRetention, DeadLetterRetention time.Duration
+	retentionErr                            error
+}
+
+// retentionFlags registers serve's body retention flags (SPEC 6.4).
+func retentionFlags(fs *flag.FlagSet, cfg *Config) {
+	for _, r := range []struct {
+		dst             *time.Duration
+		name, env, what string
+		def             time.Duration
+	}{
+		{&cfg.DeliveredRetention, "delivered-retention", "GEOHUB_DELIVERED_RETENTION",
+			"how long a delivered webhook's body is kept", app.DefaultRetention},
+		{&cfg.DeadLetterRetention, "dead-letter-retention", "GEOHUB_DEAD_LETTER_RETENTION",
+			"how long a dead letter keeps its body and so can be resent, counted from when it failed", app.DefaultDeadLetterRetention},
+	} {
+		parse := func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("want a positive Go duration such as %s", r.def)
+			}
+			*r.dst = d
+			return nil
+		}
+		*r.dst = r.def
+		if v, ok := os.LookupEnv(r.env); ok {
+			if err := parse(v); err != nil && cfg.retentionErr == nil {
+				cfg.retentionErr = fmt.Errorf("%s=%q: %w", r.env, v, err)
+			}
+		}
+		fs.Func(r.name, fmt.Sprintf("%s (default %s) (env %s)", r.what, r.def, r.env), parse)
+	}
 }
 
 // Main is the running program. Tests start it in-process with Run and read
@@ -63,8 +99,13 @@ const masterKeyFile = "master.key"
 var version = "dev"
 
 // openData creates the data directory and master key on first use, and
-// opens the database with its migrations applied.
+// opens the database with its migrations applied and its outbox bodies
+// sealed. The commands log to stderr as text; serve uses its own logger.
 func openData(ctx context.Context, dir string) (*store.DB, []byte, error) {
+	return openDataLogged(ctx, dir, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+}
+
+func openDataLogged(ctx context.Context, dir string, logger *slog.Logger) (*store.DB, []byte, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("create data directory: %w", err)
 	}
@@ -75,6 +116,16 @@ func openData(ctx context.Context, dir string) (*store.DB, []byte, error) {
 	db, err := store.Open(ctx, filepath.Join(dir, store.FileName), store.Options{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("open database: %w", err)
+	}
+	// Before anything reads the outbox or copies the file (backup): the
+	// bodies an earlier version stored in clear are sealed here.
+	sealer, err := app.NewSealer(key)
+	if err == nil {
+		err = app.SealStoredBodies(ctx, db, sealer, logger)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
 	}
 	return db, key, nil
 }
@@ -167,7 +218,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	db, key, err := openData(ctx, cfg.Data)
+	if cfg.retentionErr != nil {
+		return cfg.retentionErr
+	}
+	db, key, err := openDataLogged(ctx, cfg.Data, logger)
 	if err != nil {
 		return err
 	}
@@ -233,7 +287,8 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
 		Now: time.Now, Logger: logger, Metrics: metrics, Version: version, AutoDisable: app.DefaultAutoDisable,
-		ReapOnStart: true} // one node, one dispatcher: leases found at start are orphans
+		ReapOnStart: true, // one node, one dispatcher: leases found at start are orphans
+		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention}
 	if cfg.NoAutoDisable {
 		dispatcher.AutoDisable = 0
 	}
@@ -348,6 +403,10 @@ func (m *Main) Run(ctx context.Context) error {
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// The handler sets the same deadline on every response and the
+		// streams move theirs forward; this one also covers what net/http
+		// answers by itself before any handler runs.
+		WriteTimeout: web.WriteTimeout,
 	}
 	httpSrv.RegisterOnShutdown(cons.CloseTails) // Shutdown does not track hijacked connections
 	if cfg.InsecureCallbacks {

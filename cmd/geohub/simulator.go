@@ -25,13 +25,27 @@ import (
 func simulatorCmd(ctx context.Context, args []string) error {
 	fs := newFlags("simulador")
 	base := fs.String("geohub", envOr("GEOHUB_URL", "http://127.0.0.1:8080"), "Geohub's base URL (env GEOHUB_URL)")
-	key := fs.String("api-key", envOr("GEOHUB_API_KEY", ""), "the integrator's API key, gk_… (env GEOHUB_API_KEY; prefer it: flags show in the process list)")
-	secret := fs.String("secret", envOr("GEOHUB_SECRET", ""), "the integrator's signing secret (env GEOHUB_SECRET; prefer it)")
+	keyIn := secretFlag(fs, "api-key", "GEOHUB_API_KEY", "the integrator's API key, gk_…", "")
+	secretIn := secretFlag(fs, "secret", "GEOHUB_SECRET", "the integrator's signing secret", "")
 	self := fs.String("integrador", envOr("GEOHUB_INTEGRADOR", ""), "the integrator's id, to discard its own echo (env GEOHUB_INTEGRADOR)")
 	listen := fs.String("listen", envOr("GEOHUB_SIMULADOR_ADDR", "127.0.0.1:9090"), "webhook listen address (env GEOHUB_SIMULADOR_ADDR)")
 	interval := fs.String("intervalo", envOr("GEOHUB_SIMULADOR_INTERVALO", "8s"), "time between two new ocorrências (env GEOHUB_SIMULADOR_INTERVALO)")
 	register := fs.Bool("registrar", false, "register the simulator as a new integrator first, with an admin token in GEOHUB_TOKEN (it prints the new API key)")
+	if err := refuseArgvSecrets(args, keyIn, secretIn); err != nil {
+		return err
+	}
 	if err := parse(fs, args); err != nil || isHelp(args) {
+		return err
+	}
+	if keyIn.file == "-" && secretIn.file == "-" {
+		return fmt.Errorf("--api-key-file - and --secret-file -: stdin holds one of them; give the other in a file or its environment variable")
+	}
+	key, err := keyIn.value(os.Stdin)
+	if err != nil {
+		return err
+	}
+	secret, err := secretIn.value(os.Stdin)
+	if err != nil {
 		return err
 	}
 	every, err := time.ParseDuration(*interval)
@@ -46,14 +60,14 @@ func simulatorCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		*key, *secret, *self = created.APIKey, created.Segredo, created.ID
+		key, secret, *self = created.APIKey, created.Segredo, created.ID
 		fmt.Fprintf(os.Stdout, "Integrador %s registrado. Guarde a chave de API (mostrada só agora):\nGEOHUB_API_KEY=%s\n",
 			created.ID, created.APIKey)
 	}
-	if *key == "" || *secret == "" || *self == "" {
-		return fmt.Errorf("--api-key, --secret and --integrador are required (they come from POST /api/integradores), or --registrar with GEOHUB_TOKEN")
+	if key == "" || secret == "" || *self == "" {
+		return fmt.Errorf("the API key (--api-key-file or GEOHUB_API_KEY), the secret (--secret-file or GEOHUB_SECRET) and --integrador are required (they come from POST /api/integradores), or --registrar with GEOHUB_TOKEN")
 	}
-	cad := simulator.New(simulator.Config{BaseURL: *base, APIKey: *key, Secret: []byte(*secret), Self: *self, Logger: logger})
+	cad := simulator.New(simulator.Config{BaseURL: *base, APIKey: key, Secret: []byte(secret), Self: *self, Logger: logger})
 	mux := http.NewServeMux()
 	mux.Handle("POST /geohub/eventos", cad.Handler())
 	// The projection, to compare with GET /api/ocorrencias/{id}. It is open

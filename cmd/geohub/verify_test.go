@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -19,10 +21,15 @@ func TestVerifySignatureReproducesTheVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range v.Casos {
+	for i, c := range v.Casos {
+		// The secret comes in a file, never as an argument (see secrets_test.go).
+		secretFile := filepath.Join(t.TempDir(), fmt.Sprintf("segredo-%d", i))
+		if err := os.WriteFile(secretFile, []byte(c.Segredo+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		var out bytes.Buffer
 		if err := verifySignatureCmd(strings.NewReader(c.Corpo), &out,
-			[]string{"--secret", c.Segredo, "--timestamp", c.Timestamp}); err != nil {
+			[]string{"--secret-file", secretFile, "--timestamp", c.Timestamp}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.TrimSpace(out.String()); got != c.Assinatura {
@@ -30,11 +37,11 @@ func TestVerifySignatureReproducesTheVectors(t *testing.T) {
 		}
 		out.Reset()
 		if err := verifySignatureCmd(strings.NewReader(c.Corpo), &out,
-			[]string{"--secret", c.Segredo, "--timestamp", c.Timestamp, "--signature", c.Assinatura}); err != nil {
+			[]string{"--secret-file", secretFile, "--timestamp", c.Timestamp, "--signature", c.Assinatura}); err != nil {
 			t.Errorf("%s: a matching signature was refused: %v", c.Nome, err)
 		}
 		if err := verifySignatureCmd(strings.NewReader(c.Corpo+"x"), &out,
-			[]string{"--secret", c.Segredo, "--timestamp", c.Timestamp, "--signature", c.Assinatura}); err == nil {
+			[]string{"--secret-file", secretFile, "--timestamp", c.Timestamp, "--signature", c.Assinatura}); err == nil {
 			t.Errorf("%s: a changed body passed", c.Nome)
 		}
 	}

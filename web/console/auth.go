@@ -46,7 +46,9 @@ func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, 
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	ck, err := r.Cookie(loginCSRF)
-	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue("csrf"))) != 1 {
+	// Two empty values are equal: without the emptiness check, a post that
+	// sets the cookie blank (a sibling subdomain can) skips the check.
+	if err != nil || ck.Value == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue("csrf"))) != 1 {
 		c.forbidden(w, r, nil, "O formulário de login expirou ou não veio desta página. Recarregue a página de login e tente de novo.")
 		return
 	}
@@ -58,6 +60,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		switch app.ErrorCode(err) {
 		case app.EUnauthorized, app.ERateLimited:
 			f.Error = err.(*app.Error).Message
+			retryAfter(w, err)
 		default:
 			c.fail(w, r, err)
 			return

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,7 +105,7 @@ func allowed(s *session, roles []app.Papel) bool {
 func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
 	assets, _ := fs.Sub(static, "static")
-	mux.Handle("GET /static/", http.StripPrefix("/static/", cacheAssets(http.FileServerFS(assets))))
+	mux.Handle("GET /static/", c.assetsOnly(assets, http.StripPrefix("/static/", cacheAssets(http.FileServerFS(assets)))))
 	mux.HandleFunc("GET /login", c.loginPage)
 	mux.HandleFunc("POST /login", c.login)
 	mux.Handle("POST /sair", c.authed(readers, c.logout))
@@ -114,6 +115,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /visao-geral", c.authed(readers, c.overviewCharts))
 	mux.Handle("GET /eventos", c.authed(readers, c.events))
 	mux.Handle("GET /eventos/{eventId}", c.authed(readers, c.event))
+	mux.Handle("GET /eventos/{eventId}/bruto", c.authed(readers, c.eventRaw))
 	mux.Handle("GET /entregas", c.authed(readers, c.deliveries))
 	mux.Handle("GET /entregas/{id}", c.authed(readers, c.delivery))
 	mux.Handle("POST /entregas/{id}/reenviar", c.authed(operators, c.resend))
@@ -146,6 +148,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /integradores/{id}/verificar", c.authed(admins, c.verifyIntegrator))
 	mux.Handle("GET /registro", c.authed(readers, c.registry))
 	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.registryType))
+	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(readers, c.schemaRaw))
 	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(admins, c.setTypeStatus))
 	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
 	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
@@ -177,9 +180,29 @@ func (c *Console) unrouted(mux *http.ServeMux) http.Handler {
 				"Este endereço existe, mas não para este tipo de pedido: use os botões e formulários do console.", r.URL.Path))
 			return
 		}
-		p := page{Title: "Página não encontrada", S: s, Insecure: c.Insecure}
-		c.render(w, r, http.StatusNotFound, notFoundPage(p, http.StatusNotFound, "Página não encontrada",
-			"O console não tem uma página neste endereço. Confira o endereço digitado ou siga pelo menu.", r.URL.Path))
+		c.notFound(w, r, s)
+	})
+}
+
+// notFound is the console's 404 page; s may be nil.
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request, s *session) {
+	p := page{Title: "Página não encontrada", S: s, Insecure: c.Insecure}
+	c.render(w, r, http.StatusNotFound, notFoundPage(p, http.StatusNotFound, "Página não encontrada",
+		"O console não tem uma página neste endereço. Confira o endereço digitado ou siga pelo menu.", r.URL.Path))
+}
+
+// assetsOnly lets next serve the files of assets under /static/ and
+// nothing else: a directory (the root included) would be listed, and a
+// missing file would get the file server's bare 404 instead of the
+// console's page.
+func (c *Console) assetsOnly(assets fs.FS, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/static/")
+		if st, err := fs.Stat(assets, name); err != nil || st.IsDir() {
+			c.notFound(w, r, c.optionalSession(r))
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -329,8 +352,18 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == app.ENotFound {
 		title = "Não encontrado"
 	}
+	retryAfter(w, err)
 	p := page{Title: title, S: sessionOf(r), Insecure: c.Insecure}
 	c.render(w, r, status, errorPage(p, title, msg))
+}
+
+// retryAfter tells a rate-limited browser, or script, when to come back,
+// in whole seconds rounded up, as the API does.
+func retryAfter(w http.ResponseWriter, err error) {
+	var e *app.Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.RetryAfter+time.Second-1)/time.Second)))
+	}
 }
 
 // redirect answers a successful form with a page that says what happened.

@@ -327,11 +327,12 @@ func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	n, err := c.Deliveries.ResendAll(ctx, id, app.EntregaFalhou)
+	res, err := c.Deliveries.ResendAll(ctx, id, app.EntregaFalhou)
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
+	n := res.Reenviadas
 	msg := fmt.Sprintf("Nenhuma entrega com falha para %s: nada a reenviar.", name)
 	switch {
 	case n == 1:
@@ -339,7 +340,20 @@ func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
 	case n > 1:
 		msg = fmt.Sprintf("%s entregas com falha para %s reenviadas.", num(int64(n)), name)
 	}
+	msg += purgedNote(res.Expurgadas)
 	c.redirect(w, r, c.afterAction(r, "/entregas", before), msg)
+}
+
+// purgedNote tells, after a bulk resend, of the dead letters it left: their
+// body was purged after the retention, so nothing can send them again.
+func purgedNote(n int) string {
+	switch {
+	case n == 1:
+		return " 1 outra não pode mais ser reenviada: o corpo dela já foi expurgado (o prazo de retenção das falhas venceu)."
+	case n > 1:
+		return fmt.Sprintf(" %s outras não podem mais ser reenviadas: o corpo delas já foi expurgado (o prazo de retenção das falhas venceu).", num(int64(n)))
+	}
+	return ""
 }
 
 // lastAnswer says how the last attempt went, in a few words.

@@ -1,9 +1,7 @@
 package console
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -394,7 +392,7 @@ func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
 
 type eventView struct {
 	Ev         app.Event
-	Payload    string
+	Payload    shownJSON
 	Trace      app.Page[app.Event]
 	Deliveries app.Page[app.Delivery]
 	Names      map[string]string
@@ -407,7 +405,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	v := eventView{Ev: ev, Payload: indentPayload(ev.Payload), Names: c.integratorNames(ctx)}
+	v := eventView{Ev: ev, Payload: showJSON(ev.Payload), Names: c.integratorNames(ctx)}
 	if v.Trace, err = c.Queries.Trace(ctx, ev.CorrelacaoID); err != nil {
 		c.fail(w, r, err)
 		return
@@ -417,15 +415,6 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, http.StatusOK, eventPage(c.page(r, "Evento "+strconv.FormatInt(ev.Sequence, 10), "eventos"), v))
-}
-
-// indentPayload pretty-prints a stored payload; the log only holds JSON.
-func indentPayload(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return b.String()
 }
 
 // typeNames lists the registered types for the filter's suggestions.

@@ -1,8 +1,6 @@
 package console
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -82,14 +80,9 @@ func typeStatusLabel(status string) string {
 	return status
 }
 
-// prettyJSON indents a schema for reading; content that is not JSON, which
-// the registry never stores, is shown as it is.
-func prettyJSON(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return b.String()
+// schemaURL is the console's link to a version's raw schema.
+func schemaURL(tipo, versao string) string {
+	return typeURL(tipo) + "/" + url.PathEscape(versao) + "/schema"
 }
 
 // pointerText shows a redaction pointer; the root is an empty string,

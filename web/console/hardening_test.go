@@ -1,0 +1,160 @@
+package console_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/store"
+	"geohub/web/console"
+)
+
+// proxiedConsole is the console on a real database behind a trusted
+// reverse proxy at 127.0.0.1, so each test chooses the address a browser
+// comes from (X-Forwarded-For, see proxiedClient).
+func proxiedConsole(t *testing.T) *httptest.Server {
+	t.Helper()
+	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
+		t.Fatal(err)
+	}
+	proxies, err := console.ParseTrustedProxies("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))},
+		Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
+		TrustedProxies: proxies}
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// failFiveFrom spends the per-address login budget of from, each guess on
+// another login so that no account's own counter is touched.
+func failFiveFrom(t *testing.T, srv *httptest.Server, from, tag string) {
+	t.Helper()
+	for i := range 5 {
+		if res, _ := tryLogin(t, srv, proxiedClient(from, "https"), fmt.Sprintf("%s-%d", tag, i), "errada-errada", "/"); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d from %s: %d", i, from, res.StatusCode)
+		}
+	}
+}
+
+// retryAfterSeconds checks that a 429 says when to come back, within the
+// login window.
+func retryAfterSeconds(t *testing.T, res *http.Response) {
+	t.Helper()
+	n, err := strconv.Atoi(res.Header.Get("Retry-After"))
+	if err != nil || n < 1 || n > int((15*time.Minute).Seconds()) {
+		t.Fatalf("429 with Retry-After %q, want whole seconds within the 15-minute window", res.Header.Get("Retry-After"))
+	}
+}
+
+// SPEC 10: login limits count IPv6 clients by /64, IPv4 ones by address.
+func TestLoginLimitsCountIPv6ByItsSlash64(t *testing.T) {
+	t.Parallel()
+	t.Run("a second address of the same /64 is refused with Retry-After", func(t *testing.T) {
+		srv := proxiedConsole(t)
+		failFiveFrom(t, srv, "2001:db8:7:8::a", "v6")
+		res, _ := tryLogin(t, srv, proxiedClient("2001:db8:7:8:ffff:ffff:ffff:fffe", "https"), "admin", "senha-do-admin-1", "/")
+		if res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("another address of the /64, right password: %d, want 429", res.StatusCode)
+		}
+		retryAfterSeconds(t, res)
+		if res, _ := tryLogin(t, srv, proxiedClient("2001:db8:7:9::a", "https"), "admin", "senha-do-admin-1", "/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("the next /64 was locked out too: %d", res.StatusCode)
+		}
+	})
+	t.Run("an IPv4-mapped address counts as its IPv4 address, and IPv4 per address", func(t *testing.T) {
+		srv := proxiedConsole(t)
+		failFiveFrom(t, srv, "::ffff:198.51.100.7", "v4")
+		if res, _ := tryLogin(t, srv, proxiedClient("198.51.100.7", "https"), "admin", "senha-do-admin-1", "/"); res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("the same IPv4 address, unmapped: %d, want 429", res.StatusCode)
+		}
+		if res, _ := tryLogin(t, srv, proxiedClient("198.51.100.8", "https"), "admin", "senha-do-admin-1", "/"); res.StatusCode != http.StatusSeeOther {
+			t.Fatalf("the next IPv4 address was locked out too: %d", res.StatusCode)
+		}
+	})
+}
+
+// The login form's double-submit check must not pass two empty values: a
+// cookie set blank (by a sibling subdomain, say) and an empty field.
+func TestLoginRefusesAnEmptyCSRFCookieWithAnEmptyToken(t *testing.T) {
+	t.Parallel()
+	srv := consoleServer(t)
+	for _, token := range []string{"", "x"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/login",
+			strings.NewReader(url.Values{"csrf": {token}, "login": {"admin"}, "senha": {"senha-do-admin-1"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Cookie", "geohub_csrf_login=")
+		res, err := client(t).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("empty CSRF cookie, token %q: %d, want 403", token, res.StatusCode)
+		}
+		for _, ck := range res.Cookies() {
+			if ck.Name == "geohub_sessao" && ck.Value != "" {
+				t.Fatal("a session was opened")
+			}
+		}
+	}
+}
+
+// Every 429 of the console says when to come back: the login limit and the
+// limit on wrong current passwords.
+func TestConsoleRateLimitsSayRetryAfter(t *testing.T) {
+	t.Parallel()
+	srv := consoleServer(t)
+	c := client(t)
+	_, csrf := signIn(t, srv, c, "/")
+	var res *http.Response
+	for i := range 6 {
+		res, _ = post(t, c, srv.URL+"/conta/senha", url.Values{"csrf": {csrf}, "atual": {"errada-errada"},
+			"nova": {"outra-senha-boa-1"}, "confirma": {"outra-senha-boa-1"}})
+		if i < 5 && res.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("wrong current password %d: %d", i, res.StatusCode)
+		}
+	}
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the 6th wrong current password: %d, want 429", res.StatusCode)
+	}
+	retryAfterSeconds(t, res)
+}
+
+// /static/ serves the console's files and nothing else: no listing of the
+// directory, and a missing file gets the console's own 404 page.
+func TestStaticServesFilesOnly(t *testing.T) {
+	t.Parallel()
+	srv := consoleServer(t)
+	for _, path := range []string{"/static/", "/static/nao-existe.css", "/static/console.css/"} {
+		res, page := get(t, client(t), srv.URL+path)
+		if res.StatusCode != http.StatusNotFound || !strings.Contains(page, "Página não encontrada") ||
+			strings.Contains(page, `href="console.css"`) || strings.Contains(page, "404 page not found") {
+			t.Fatalf("GET %s: %d %s", path, res.StatusCode, page)
+		}
+		if res.Header.Get("X-Content-Type-Options") != "nosniff" || res.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("GET %s: headers %v", path, res.Header)
+		}
+	}
+	res, css := get(t, client(t), srv.URL+"/static/console.css")
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/css") || css == "" ||
+		res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("the stylesheet: %d %v", res.StatusCode, res.Header)
+	}
+}
