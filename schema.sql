@@ -370,11 +370,11 @@ END;
 -- envelope before it reaches the store, under a key derived from the
 -- master key. A dead letter keeps its body for a retention of its own,
 -- counted from falhou_em, when it dead-lettered; rows that dead-lettered
--- before this version count from their last attempt (or their creation,
--- when a crash made them poison before any attempt).
+-- before this version, which kept their bodies forever, count from the
+-- upgrade: an operator gets one whole retention to resend them, instead of
+-- losing every one older than it at the first sweep.
 ALTER TABLE outbox ADD COLUMN falhou_em INTEGER; -- unix milliseconds; NULL unless falhou
-UPDATE outbox SET falhou_em = coalesce(
-        (SELECT max(a.inicio + a.duracao_ms) FROM delivery_attempt a WHERE a.outbox_id = outbox.id), criado_em)
+UPDATE outbox SET falhou_em = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
     WHERE status = 'falhou';
 -- The purge walks the dead letters that still hold a body, oldest first;
 -- a bulk resend reads an integrator's dead letters, with and without one.
@@ -384,12 +384,14 @@ CREATE INDEX outbox_mortas_idx ON outbox (integrador_id, expurgado) WHERE status
 -- The bodies stored before this version are in clear: the server seals
 -- them at its next start, in batches that each move cursor forward (so an
 -- interrupted upgrade resumes), then rewrites the file (VACUUM) and empties
--- the WAL so that no free page keeps the clear text, and sets concluida.
--- A new database passes through the same steps at its first start, over
--- nothing.
+-- the WAL so that no free page keeps the clear text. Each of the three
+-- steps is recorded, so a start after an interruption redoes only the step
+-- that did not finish (a reader of another process can hold the WAL, and
+-- VACUUM must not run again at every start because of it). A new database
+-- passes through the same steps at its first start, over nothing.
 CREATE TABLE outbox_selagem (
-    id        INTEGER PRIMARY KEY CHECK (id = 1),
-    cursor    INTEGER NOT NULL, -- every body of an outbox row up to this id is sealed
-    concluida INTEGER NOT NULL  -- 1 once the file was rewritten without clear bodies
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    cursor INTEGER NOT NULL, -- every body of an outbox row up to this id is sealed
+    etapa  INTEGER NOT NULL  -- 0 sealing; 1 sealed and file rewritten, WAL to empty; 2 done
 );
-INSERT INTO outbox_selagem (id, cursor, concluida) VALUES (1, 0, 0);
+INSERT INTO outbox_selagem (id, cursor, etapa) VALUES (1, 0, 0);

@@ -367,7 +367,7 @@ func (k *consumer) catchUp(ctx context.Context) error {
 			default:
 			}
 		}
-		batch, err := c.Log.EventsAfter(ctx, k.pos, tipos, replayPage)
+		batch, cut, err := c.Log.EventsAfter(ctx, k.pos, tipos, replayPage, ChunkBytes)
 		if err != nil {
 			return err
 		}
@@ -383,7 +383,7 @@ func (k *consumer) catchUp(ctx context.Context) error {
 		if err := k.save(ctx); err != nil {
 			return err
 		}
-		if reachedLive || len(batch) < replayPage {
+		if reachedLive || (len(batch) < replayPage && !cut) {
 			return nil
 		}
 	}

@@ -134,8 +134,12 @@ type EventLog interface {
 	Event(ctx context.Context, eventID string) (Event, error)
 	Events(ctx context.Context, f EventFilter) ([]Event, int, error)
 	// EventsAfter returns up to limit records with sequence > after, in
-	// order, optionally only of the given types.
-	EventsAfter(ctx context.Context, after int64, tipos []string, limit int) ([]Event, error)
+	// order, optionally only of the given types, and stops early, at least
+	// one row in, once their sizes (Event.Size) reach maxBytes; cut reports
+	// that early stop (more rows may follow). Every reader that follows the
+	// log (replay, consumers, live tails) passes ChunkBytes, so no batch of
+	// large events is ever held whole.
+	EventsAfter(ctx context.Context, after int64, tipos []string, limit, maxBytes int) (rows []Event, cut bool, err error)
 	MaxSequence(ctx context.Context) (int64, error)
 	CountEvents(ctx context.Context) (int64, error)
 }

@@ -12,10 +12,12 @@ import (
 // The built-in plugins' namespaces (SPEC 10): the origens they publish
 // under and the aggregates whose sequences they number. An event there from
 // outside would pass for the plugin in a trace and take sequence numbers in
-// an ocorrência or in a requester's outcome aggregate.
+// an ocorrência or in a requester's outcome aggregate. evento: is the
+// outbox's own: an event without an aggregate is sequenced alone as
+// evento:<its id>, a sequence of one that nobody else may join.
 var (
 	reservedOrigens    = []string{PluginIntegracao, "ocorrencia"}
-	reservedAggregates = []string{"solicitacao:", "ocorrencia:", "integracao:"}
+	reservedAggregates = []string{"solicitacao:", "ocorrencia:", "integracao:", "evento:"}
 )
 
 // CheckExternalPublish refuses what no publish from outside the built-in
@@ -37,7 +39,7 @@ func CheckExternalPublish(req PublishRequest) error {
 		}
 	}
 	if req.Origem != "" {
-		o := skeleton(req.Origem)
+		o := skeleton(head(req.Origem))
 		for _, r := range reservedOrigens {
 			switch {
 			case req.Origem == r:
@@ -48,7 +50,7 @@ func CheckExternalPublish(req PublishRequest) error {
 		}
 	}
 	if req.Agregado != "" {
-		a := skeleton(req.Agregado)
+		a := skeleton(head(req.Agregado))
 		for _, r := range reservedAggregates {
 			switch {
 			case strings.HasPrefix(req.Agregado, r):
@@ -63,6 +65,13 @@ func CheckExternalPublish(req PublishRequest) error {
 	}
 	return nil
 }
+
+// head is the start of an identifier that the namespace checks look at.
+// They run before publish's own checks, on values as long as the body, and
+// NFKD can make a string 18 times longer (U+FDFA). Past 256 bytes publish
+// refuses an agregado anyway, and a reserved name padded that far with
+// invisible characters is refused by checkIdentifier.
+func head(s string) string { return s[:min(len(s), 256)] }
 
 // skeleton is what a person reading s would take it for, so that two
 // strings that look alike have the same skeleton: compatibility forms

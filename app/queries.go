@@ -39,9 +39,6 @@ type PageLog interface {
 	EventChunk(ctx context.Context, f EventFilter, maxBytes int) (rows []Event, cut bool, err error)
 	// CountMatching counts the records matching f's filters.
 	CountMatching(ctx context.Context, f EventFilter) (int, error)
-	// EventsAfterChunk is EventsAfter stopping early by size as EventChunk
-	// does.
-	EventsAfterChunk(ctx context.Context, after int64, tipos []string, limit, maxBytes int) (rows []Event, cut bool, err error)
 }
 
 // Queries serves the read side of the log: queries, traces, replay, DLQ stats.
@@ -222,7 +219,7 @@ func (a *Queries) Replay(ctx context.Context, after int64, tipos []string) iter.
 	return func(yield func(Event, error) bool) {
 		for left := ReplayBatch * ReplayBatches; left > 0; {
 			want := min(ReplayBatch, left)
-			batch, cut, err := a.Log.EventsAfterChunk(ctx, after, tipos, want, ChunkBytes)
+			batch, cut, err := a.Log.EventsAfter(ctx, after, tipos, want, ChunkBytes)
 			if err != nil {
 				yield(Event{}, err)
 				return

@@ -281,13 +281,7 @@ func (db *DB) EventChunk(ctx context.Context, f app.EventFilter, maxBytes int) (
 
 // EventsAfter implements app.EventLog: the replay read, a range scan on the
 // primary key (or on the tipo index when filtering by a few types).
-func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit int) ([]app.Event, error) {
-	out, _, err := db.EventsAfterChunk(ctx, after, tipos, limit, 0)
-	return out, err
-}
-
-// EventsAfterChunk implements app.PageLog; maxBytes 0 reads limit rows.
-func (db *DB) EventsAfterChunk(ctx context.Context, after int64, tipos []string, limit, maxBytes int) ([]app.Event, bool, error) {
+func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit, maxBytes int) ([]app.Event, bool, error) {
 	q := "SELECT " + eventColumns + " FROM event_log WHERE sequence_number > ?"
 	args := []any{after}
 	if len(tipos) > 0 {

@@ -52,19 +52,12 @@ func (db *DB) SaveOcorrencia(ctx context.Context, s ocorrencia.Summary) error {
 	})
 }
 
-// Ocorrencias returns up to f.Limite rows, newest first (OcorrenciasPage
-// without its cut).
-func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, error) {
-	out, _, err := db.OcorrenciasPage(ctx, f)
-	return out, err
-}
-
-// OcorrenciasPage implements ocorrencia.ReadModel: newest registration
+// Ocorrencias implements ocorrencia.ReadModel: newest registration
 // first, by keyset on the rowid, and each row's despachos in one more
 // query. The despachos are read newest row first, so that the page can end
 // at app.PageBytes (an ocorrência's despachos have no bound) without
 // reading those of the rows it leaves out.
-func (db *DB) OcorrenciasPage(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, bool, error) {
+func (db *DB) Ocorrencias(ctx context.Context, f ocorrencia.Filter) ([]ocorrencia.Summary, bool, error) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) {

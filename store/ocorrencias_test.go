@@ -41,7 +41,7 @@ func TestSaveOcorrenciaNeverGoesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := db.Ocorrencias(t.Context(), ocorrencia.Filter{Limite: 10})
+	got, _, err := db.Ocorrencias(t.Context(), ocorrencia.Filter{Limite: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestQueryPlans(t *testing.T) {
 			if f.Limite == 0 {
 				f.Limite = app.DefaultLimite
 			}
-			_, err := db.Ocorrencias(ctx, f)
+			_, _, err := db.Ocorrencias(ctx, f)
 			return err
 		}
 	}
@@ -117,13 +117,13 @@ func TestQueryPlans(t *testing.T) {
 		{name: "Events newest first", run: events(app.EventFilter{Desc: true}), unfiltered: true},
 		{name: "Events newest first sequence_fim", run: events(app.EventFilter{Desc: true, SequenceFim: 1500})},
 		{name: "Events tipo newest first sequence_fim", run: events(app.EventFilter{Tipo: "plano:a", Desc: true, SequenceFim: 1500})},
-		{name: "EventsAfter", run: func() error { _, err := db.EventsAfter(ctx, 5, nil, app.ReplayBatch); return err }},
+		{name: "EventsAfter", run: func() error { _, _, err := db.EventsAfter(ctx, 5, nil, app.ReplayBatch, app.ChunkBytes); return err }},
 		{name: "EventsAfter one tipo", run: func() error {
-			_, err := db.EventsAfter(ctx, 5, []string{"plano:a"}, app.ReplayBatch)
+			_, _, err := db.EventsAfter(ctx, 5, []string{"plano:a"}, app.ReplayBatch, app.ChunkBytes)
 			return err
 		}},
 		{name: "EventsAfter two tipos", run: func() error {
-			_, err := db.EventsAfter(ctx, 5, []string{"plano:a", "plano:b"}, app.ReplayBatch)
+			_, _, err := db.EventsAfter(ctx, 5, []string{"plano:a", "plano:b"}, app.ReplayBatch, app.ChunkBytes)
 			return err
 		}},
 		{name: "MaxSequence", run: func() error { _, err := db.MaxSequence(ctx); return err }, unfiltered: true},
@@ -371,7 +371,7 @@ func planSeed(t *testing.T, db *DB) planIDs {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	seed, err := db.EventsAfter(ctx, 0, nil, 100)
+	seed, _, err := db.EventsAfter(ctx, 0, nil, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

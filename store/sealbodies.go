@@ -19,7 +19,7 @@ const clearBodiesSQL = `SELECT c.outbox_id, o.event_id, c.corpo FROM outbox_corp
 // ClearBodiesPending implements app.ClearBodies.
 func (db *DB) ClearBodiesPending(ctx context.Context) (bool, error) {
 	var done bool
-	err := db.read.QueryRowContext(ctx, `SELECT concluida FROM outbox_selagem WHERE id = 1`).Scan(&done)
+	err := db.read.QueryRowContext(ctx, `SELECT etapa = 2 FROM outbox_selagem WHERE id = 1`).Scan(&done)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -88,8 +88,13 @@ func (db *DB) SealClearBodies(ctx context.Context, n int, seal func(eventID stri
 // WAL frames past the last checkpoint. VACUUM rebuilds the file from the
 // live rows only; the TRUNCATE checkpoint then copies it over the old pages
 // and cuts the WAL to zero bytes. It runs once, at the start that finishes
-// the upgrade, so the cost of secure_delete on every write is never paid.
+// the upgrade, so the cost of secure_delete on every write is never paid;
+// when only the checkpoint failed, a later start retries only that.
 func (db *DB) ScrubClearBodies(ctx context.Context) error {
+	var etapa int
+	if err := db.read.QueryRowContext(ctx, `SELECT etapa FROM outbox_selagem WHERE id = 1`).Scan(&etapa); err != nil {
+		return err
+	}
 	pool, err := sql.Open(DriverName, DSN(db.Path, false))
 	if err != nil {
 		return err
@@ -102,11 +107,16 @@ func (db *DB) ScrubClearBodies(ctx context.Context) error {
 	defer conn.Close()
 	// VACUUM builds its copy in a temporary database as large as the file:
 	// on disk, not in memory.
-	if _, err := conn.ExecContext(ctx, "PRAGMA temp_store = FILE"); err != nil {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, "VACUUM"); err != nil {
-		return fmt.Errorf("vacuum: %w", err)
+	if etapa == 0 {
+		if _, err := conn.ExecContext(ctx, "PRAGMA temp_store = FILE"); err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, "VACUUM"); err != nil {
+			return fmt.Errorf("vacuum: %w", err)
+		}
+		if _, err := conn.ExecContext(ctx, `UPDATE outbox_selagem SET etapa = 1 WHERE id = 1`); err != nil {
+			return err
+		}
 	}
 	var busy, frames, copied int
 	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &copied); err != nil {
@@ -118,7 +128,7 @@ func (db *DB) ScrubClearBodies(ctx context.Context) error {
 		return errors.New("the WAL could not be emptied: another process is reading the database")
 	}
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(`UPDATE outbox_selagem SET concluida = 1 WHERE id = 1`)
+		_, err := tx.Exec(`UPDATE outbox_selagem SET etapa = 2 WHERE id = 1`)
 		return err
 	})
 }

@@ -158,6 +158,7 @@ func TestUpgradeSealsTheClearBodiesAndLeavesNoCopyInTheFiles(t *testing.T) {
 
 	// The first start seals one batch and dies: the batch and the cursor
 	// committed together, so the next start resumes after it.
+	upgraded := time.Now().UnixMilli()
 	db, err := Open(ctx, path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -214,11 +215,12 @@ func TestUpgradeSealsTheClearBodiesAndLeavesNoCopyInTheFiles(t *testing.T) {
 	if err := app.SealStoredBodies(ctx, db, sealer, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	// Migration 12 dated the dead letters by their last attempt's end.
+	// Migration 12 dated the dead letters by the upgrade, not by their last
+	// attempt (7 s after the epoch here): one whole retention to resend them.
 	var dead, dated int
-	if err := db.read.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE falhou_em = 7000 + 250)
-		FROM outbox WHERE status = 'falhou'`).Scan(&dead, &dated); err != nil || dead == 0 || dated != dead {
-		t.Errorf("dead letters: %d dated by their last attempt's end, of %d (%v)", dated, dead, err)
+	if err := db.read.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE falhou_em BETWEEN ? AND ?)
+		FROM outbox WHERE status = 'falhou'`, upgraded-1000, time.Now().UnixMilli()+1000).Scan(&dead, &dated); err != nil || dead == 0 || dated != dead {
+		t.Errorf("dead letters: %d dated by the upgrade, of %d (%v)", dated, dead, err)
 	}
 	// Still a server's running database: the WAL holds what it wrote since
 	// the scrub, which is no clear text.

@@ -43,6 +43,7 @@ func TestOutsidePublishesStayOutOfThePluginsNamespaces(t *testing.T) {
 			{name: "an ocorrência's aggregate", body: event("rh", ocAgg), caminhos: []string{"/agregado"}},
 			{name: "any solicitacao: aggregate", body: event("rh", "solicitacao:"+uuid.NewString()), caminhos: []string{"/agregado"}},
 			{name: "an integracao: aggregate", body: event("rh", "integracao:x"), caminhos: []string{"/agregado"}},
+			{name: "an event's own aggregate", body: event("rh", "evento:"+oc.ID), caminhos: []string{"/agregado"}},
 		} {
 			t.Run(string(role)+": "+sc.name, func(t *testing.T) {
 				sc.method, sc.route, sc.role, sc.status, sc.codigo = http.MethodPost, "/api/events", role, http.StatusForbidden, app.EForbidden

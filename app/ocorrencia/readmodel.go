@@ -51,9 +51,9 @@ type ReadModel interface {
 	// SaveOcorrencia writes a row, unless the stored one already folded a
 	// later event: a slow fold never overwrites a newer one.
 	SaveOcorrencia(ctx context.Context, s Summary) error
-	// OcorrenciasPage returns up to f.Limite rows matching f, newest
+	// Ocorrencias returns up to f.Limite rows matching f, newest
 	// first, fewer once they reach app.PageBytes: cut says so.
-	OcorrenciasPage(ctx context.Context, f Filter) (rows []Summary, cut bool, err error)
+	Ocorrencias(ctx context.Context, f Filter) (rows []Summary, cut bool, err error)
 }
 
 // The list's paging bounds, as every list's.
@@ -121,7 +121,7 @@ func (s *Service) List(ctx context.Context, f Filter) (List, error) {
 		return List{}, &app.Error{Code: app.EInvalid, Message: "filtro inválido",
 			Details: []app.Detail{{Caminho: "/status", Mensagem: "aberta, em_atendimento ou encerrada"}}}
 	}
-	rows, cut, err := s.ReadModel.OcorrenciasPage(ctx, f)
+	rows, cut, err := s.ReadModel.Ocorrencias(ctx, f)
 	if err != nil {
 		return List{}, err
 	}

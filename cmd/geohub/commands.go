@@ -79,6 +79,9 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return cfg, false, err
 	}
+	if err := cfg.envErr(); err != nil {
+		return cfg, false, err
+	}
 	cfg.AdminPassword = os.Getenv("GEOHUB_ADMIN_PASSWORD")
 	return cfg, true, nil
 }

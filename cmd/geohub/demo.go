@@ -179,8 +179,9 @@ func (d *demo) jornadas(ctx context.Context, fx fixtures.Demo) {
 		if err != nil {
 			return
 		}
-		if _, _, err := d.publisher.Publish(ctx, app.PublishRequest{Tipo: tipo, Origem: "escala", Agregado: "jornada:" + id,
-			Autoria: autoria, Payload: raw}); err != nil && ctx.Err() == nil {
+		// The bounded version, as the README asks producers to name.
+		if _, _, err := d.publisher.Publish(ctx, app.PublishRequest{Tipo: tipo, VersaoSchema: "1.1.0", Origem: "escala",
+			Agregado: "jornada:" + id, Autoria: autoria, Payload: raw}); err != nil && ctx.Err() == nil {
 			d.logger.Warn("demo jornada not published", "tipo", tipo, "err", err)
 		}
 	}

@@ -39,10 +39,11 @@ type Config struct {
 	AdminPassword     string
 	TrustedProxies    string // comma-separated addresses or CIDR prefixes
 	// How long outbox bodies are kept after delivery and after a dead
-	// letter (SPEC 6.4); 0 is the default. retentionErr is a bad value
-	// from the environment, which the flag set cannot report.
+	// letter (SPEC 6.4); 0 is the default. envErrs holds, per flag, a bad
+	// value from the environment, which the flag set cannot report; the
+	// flag given on the command line overrides it.
 	DeliveredRetention, DeadLetterRetention time.Duration
-	retentionErr                            error
+	envErrs                                 map[string]error
 }
 
 // retentionFlags registers serve's body retention flags (SPEC 6.4).
@@ -67,12 +68,28 @@ func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 		}
 		*r.dst = r.def
 		if v, ok := os.LookupEnv(r.env); ok {
-			if err := parse(v); err != nil && cfg.retentionErr == nil {
-				cfg.retentionErr = fmt.Errorf("%s=%q: %w", r.env, v, err)
+			if err := parse(v); err != nil {
+				if cfg.envErrs == nil {
+					cfg.envErrs = map[string]error{}
+				}
+				cfg.envErrs[r.name] = fmt.Errorf("%s=%q: %w", r.env, v, err)
 			}
 		}
-		fs.Func(r.name, fmt.Sprintf("%s (default %s) (env %s)", r.what, r.def, r.env), parse)
+		fs.Func(r.name, fmt.Sprintf("%s (default %s) (env %s)", r.what, r.def, r.env), func(v string) error {
+			delete(cfg.envErrs, r.name)
+			return parse(v)
+		})
 	}
+}
+
+// envErr is the first bad environment value no flag overrode.
+func (cfg Config) envErr() error {
+	for _, name := range []string{"delivered-retention", "dead-letter-retention"} {
+		if err := cfg.envErrs[name]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Main is the running program. Tests start it in-process with Run and read
@@ -217,9 +234,6 @@ func (m *Main) Run(ctx context.Context) error {
 	proxies, err := console.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
-	}
-	if cfg.retentionErr != nil {
-		return cfg.retentionErr
 	}
 	db, key, err := openDataLogged(ctx, cfg.Data, logger)
 	if err != nil {

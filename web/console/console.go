@@ -156,7 +156,21 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
 	mux.Handle("POST /operadores/{id}/papel", c.authed(admins, c.setOperatorRole))
 	mux.Handle("GET /auditoria", c.authed(admins, c.auditPage))
-	return securityHeaders(c.unrouted(mux))
+	return securityHeaders(c.sameOrigin(c.unrouted(mux)))
+}
+
+// sameOrigin refuses every state-changing request that a browser says came
+// from another origin (Sec-Fetch-Site, else Origin against Host), before
+// any form or token is read. The forms' CSRF tokens stay; this also covers
+// what a double-submit cookie cannot: a sibling subdomain may plant the
+// login form's cookie and post its own value beside it. Requests without
+// either header (not from a browser) are left to the tokens.
+func (c *Console) sameOrigin(next http.Handler) http.Handler {
+	p := http.NewCrossOriginProtection()
+	p.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.forbidden(w, r, nil, "Este pedido veio de outro site. Use os formulários do próprio console.")
+	}))
+	return p.Handler(next)
 }
 
 // unrouted answers what no route takes with a page in the layout, in

@@ -374,7 +374,7 @@ func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
 		changed: c.EventsChanged,
 		latest:  c.Queries.Log.MaxSequence,
 		next: func(ctx context.Context, after int64) ([]tailLine, int64, bool, error) {
-			evs, err := c.Queries.Log.EventsAfter(ctx, after, tipos, tailBatch)
+			evs, cut, err := c.Queries.Log.EventsAfter(ctx, after, tipos, tailBatch, app.ChunkBytes)
 			if err != nil {
 				return nil, after, false, err
 			}
@@ -385,7 +385,7 @@ func (c *Console) eventsTail(w http.ResponseWriter, r *http.Request) {
 					lines = append(lines, tailLine{seq: ev.Sequence, row: eventRow(ev, names)})
 				}
 			}
-			return lines, after, len(evs) == tailBatch, nil
+			return lines, after, len(evs) == tailBatch || cut, nil
 		},
 	})
 }

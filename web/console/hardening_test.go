@@ -116,6 +116,46 @@ func TestLoginRefusesAnEmptyCSRFCookieWithAnEmptyToken(t *testing.T) {
 	}
 }
 
+// A sibling subdomain can plant the login form's double-submit cookie and
+// post the same value: the browser still says the post is not from the
+// console (Sec-Fetch-Site, or Origin for older browsers), and nothing runs.
+// The same post from the console's own page signs in.
+func TestConsoleRefusesPostsFromAnotherSite(t *testing.T) {
+	t.Parallel()
+	srv := consoleServer(t)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    int
+	}{
+		{"sibling subdomain", map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://outro.exemplo.gov.br"}, http.StatusForbidden},
+		{"another site", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://atacante.example"}, http.StatusForbidden},
+		{"an old browser on another site", map[string]string{"Origin": "https://atacante.example"}, http.StatusForbidden},
+		{"the console's own page", map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://" + host}, http.StatusSeeOther},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/login",
+			strings.NewReader(url.Values{"csrf": {"plantado"}, "login": {"admin"}, "senha": {"senha-do-admin-1"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Cookie", "geohub_csrf_login=plantado")
+		for k, v := range c.headers {
+			req.Header.Set(k, v)
+		}
+		res, err := client(t).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		opened := false
+		for _, ck := range res.Cookies() {
+			opened = opened || (ck.Name == "geohub_sessao" && ck.Value != "")
+		}
+		if res.StatusCode != c.want || opened != (c.want == http.StatusSeeOther) {
+			t.Errorf("%s: %d (session opened: %v), want %d", c.name, res.StatusCode, opened, c.want)
+		}
+	}
+}
+
 // Every 429 of the console says when to come back: the login limit and the
 // limit on wrong current passwords.
 func TestConsoleRateLimitsSayRetryAfter(t *testing.T) {

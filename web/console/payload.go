@@ -215,7 +215,6 @@ func writeRawJSON(w http.ResponseWriter, doc []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	// Opened in a tab, it runs nothing and reaches nothing, whatever it holds.
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
