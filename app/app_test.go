@@ -83,7 +83,7 @@ func setup(t *testing.T, path string, subscribe func(*app.Consumers)) *bundle {
 		t.Fatal(err)
 	}
 	b := &bundle{db: db, registry: reg, consumers: cons, clock: clock, cancel: cancel,
-		pub:   &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now},
+		pub:   &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now},
 		audit: &app.Queries{Log: db, Store: db}}
 	t.Cleanup(b.close)
 	return b

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
-	"geohub/app/redact"
 	"geohub/store"
 )
 
@@ -55,7 +54,7 @@ func TestUpgradeAddsTheBoundedBuiltinVersions(t *testing.T) {
 		}
 	}
 
-	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
 	jornada := func(versao string, unidade int) error {
 		payload, _ := json.Marshal(map[string]any{"jornadaId": uuid.NewString(), "inicio": "2026-11-30T08:00:00Z",
 			"servidor": map[string]any{"nome": "Ana", "cpf": "12345678901"}, "unidade": strings.Repeat("u", unidade)})

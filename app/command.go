@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -30,16 +29,6 @@ const (
 // x-solicitacao-id): looking a command up is one primary-key read, and a
 // second outcome for the same command cannot be inserted.
 var outcomeNamespace = uuid.MustParse("5f0c1c1e-8f1a-4d8e-9a57-6c1b3f0e2a41")
-
-// DeriveCommandKey derives the key of command body digests from the master
-// key, apart from every other key derived from it.
-func DeriveCommandKey(master []byte) []byte {
-	k, err := hkdf.Key(sha256.New, master, nil, "geohub command digest v1", 32)
-	if err != nil {
-		panic("derive command key: " + err.Error())
-	}
-	return k
-}
 
 // maxEchoedBody bounds the command body an outcome carries back.
 const maxEchoedBody = 64 << 10

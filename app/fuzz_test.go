@@ -101,7 +101,7 @@ func FuzzPublish(f *testing.F) {
 	if _, err := reg.SetStatus(ctx, fuzzTipo, fuzzDeprecated, app.StatusDeprecado); err != nil {
 		f.Fatal(err)
 	}
-	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: redact.DeriveKey(make([]byte, 32)), Now: time.Now}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
 
 	const (
 		id1 = "0199bb3e-0000-7000-8000-00000000004a"

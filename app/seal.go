@@ -3,9 +3,7 @@ package app
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hkdf"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 )
 
@@ -16,13 +14,14 @@ import (
 // open the other.
 type Sealer struct{ aead, bodies cipher.AEAD }
 
-// NewSealer derives the encryption keys from the 32-byte master key.
+// NewSealer derives the encryption keys from the 32-byte master key (see
+// keys.go).
 func NewSealer(master []byte) (*Sealer, error) {
-	aead, err := newAEAD(master, "geohub secrets v1")
+	aead, err := newAEAD(master, labelSecrets)
 	if err != nil {
 		return nil, err
 	}
-	bodies, err := newAEAD(master, "geohub outbox bodies v1")
+	bodies, err := newAEAD(master, labelBodies)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +29,7 @@ func NewSealer(master []byte) (*Sealer, error) {
 }
 
 func newAEAD(master []byte, label string) (cipher.AEAD, error) {
-	key, err := hkdf.Key(sha256.New, master, nil, label, 32)
+	key, err := deriveKey(master, label)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -75,15 +74,6 @@ type Sessions struct {
 
 	mu       sync.Mutex
 	failures map[string][]time.Time // "ip:…" or "login:…" → recent failures
-}
-
-// DeriveCSRFKey derives the CSRF signing key from the master key.
-func DeriveCSRFKey(master []byte) []byte {
-	k, err := hkdf.Key(sha256.New, master, nil, "geohub csrf v1", 32)
-	if err != nil {
-		panic("derive csrf key: " + err.Error())
-	}
-	return k
 }
 
 // dummyHash is compared against when a login does not exist, so a wrong

@@ -22,6 +22,9 @@ import (
 	"geohub/app"
 )
 
+// DB is every store interface app owns: app.New builds the services on it.
+var _ app.Store = (*DB)(nil)
+
 // FileName is the database file inside the data directory.
 const FileName = "geohub.db"
 

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,12 +24,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/app/redact"
 	"geohub/store"
+	"geohub/store/storetest"
 	"geohub/web"
 )
 
@@ -82,71 +80,38 @@ type apiEnv struct {
 func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	t.Helper()
 	clock := &apiClock{now: apiStart}
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close database: %v", err)
-		}
-	})
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	reg := prometheus.NewRegistry()
-	metrics := app.NewMetrics(reg)
-	registry, err := app.NewRegistry(t.Context(), db, clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := &app.Auth{Store: db, Now: clock.Now}
-	sealer, err := app.NewSealer(apiMasterKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now,
-		Policy: app.CallbackPolicy{Resolver: apiResolver}}
-	if err := integrators.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics}
 	env := &apiEnv{}
-	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db, ReadModel: db, Changed: &app.Notifier{},
-		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(apiMasterKey), Now: clock.Now},
+	// No dispatcher runs: deliveries stay pending where the tests look at
+	// them (apiSetupWithDispatcher runs one).
+	k := storetest.New(t, storetest.Options{
+		Deps: app.Deps{MasterKey: apiMasterKey, Now: clock.Now, NoDispatch: true,
+			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Policy: app.CallbackPolicy{Resolver: apiResolver}},
+		Subscribe: func(c *app.Consumers) {
+			for _, s := range subscribe {
+				s(c)
+			}
+		},
 		BeforeProject: func(ctx context.Context, ev app.Event) error {
 			if hook := env.projectHook.Load(); hook != nil {
 				return (*hook)(ctx, ev)
 			}
 			return nil
-		}}
-
-	consumers := &app.Consumers{Log: db, Store: db, Now: clock.Now, Logger: logger, Metrics: metrics}
-	ocorrencias.Subscribe(consumers)
-	for _, s := range subscribe {
-		s(consumers)
-	}
-	db.OnCommit(consumers.Committed)
-	ctx, stop := context.WithCancel(context.Background())
-	t.Cleanup(func() {
-		stop()
-		consumers.Wait()
+		},
 	})
-	if err := consumers.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, auth, integrators, registry, ocorrencias := k.DB, k.Auth, k.Integrators, k.Registry, k.Ocorrencias
 
 	srv := &web.Server{
 		Integrators: integrators,
-		Publisher:   publisher,
+		Publisher:   k.Publisher,
 		Ocorrencias: ocorrencias,
 		Registry:    registry,
-		Queries:     &app.Queries{Log: db, Store: db},
-		Consumers:   consumers,
+		Queries:     k.Queries,
+		Consumers:   k.Consumers,
 		Auth:        auth,
-		Logger:      logger,
-		Gatherer:    reg,
-		Ready:       db.Writable,
+		Logger:      k.Logger,
+		Gatherer:    k.Gatherer,
+		Ready:       k.Ready,
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
@@ -423,7 +388,7 @@ func apiPublishBody(tipo string, payload any) map[string]any {
 }
 
 func apiHMAC(value string) string {
-	m := hmac.New(sha256.New, redact.DeriveKey(apiMasterKey))
+	m := hmac.New(sha256.New, app.DeriveRedactionKey(apiMasterKey))
 	m.Write([]byte(value))
 	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
 }

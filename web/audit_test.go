@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,20 +11,18 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/app/redact"
 	"geohub/store"
+	"geohub/store/storetest"
 	"geohub/web"
 	"geohub/web/console"
 )
@@ -48,58 +45,22 @@ const audAdminPassword = "senha-do-admin-1"
 func audSetup(t *testing.T) *audEnv {
 	t.Helper()
 	ctx := t.Context()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
-	key := bytes.Repeat([]byte{0x42}, 32)
-	metrics := app.NewMetrics(prometheus.NewRegistry())
-	registry, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := app.RegisterBuiltinTypes(ctx, registry); err != nil {
-		t.Fatal(err)
-	}
-	auth := &app.Auth{Store: db, Now: time.Now}
-	if _, _, err := auth.EnsureAdmin(ctx, audAdminPassword); err != nil {
-		t.Fatal(err)
-	}
-	sealer, err := app.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: app.CallbackPolicy{Insecure: true}}
-	if err := integrators.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
-	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db, ReadModel: db, Changed: &app.Notifier{},
-		Commands: &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
-	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
-	ocorrencias.Subscribe(consumers)
-	db.OnCommit(consumers.Committed)
-	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(func() { stop(); consumers.Wait() })
-	if err := consumers.Start(runCtx); err != nil {
-		t.Fatal(err)
-	}
 	// The dispatcher is not run: deliveries stay where a test puts them.
-	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy, Now: time.Now,
-		Logger: logger, Metrics: metrics, Version: "teste"}
-	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
-	trail := &app.AuditTrail{Store: db}
-	sessions := &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)}
-	cons := &console.Console{Sessions: sessions, Queries: &app.Queries{Log: db, Store: db}, Deliveries: deliveries,
-		Integrators: integrators, Registry: registry, Consumers: consumers, Ocorrencias: ocorrencias,
-		Stats: &app.Stats{Store: db, Now: time.Now}, Audit: trail, Logger: logger, Now: time.Now,
+	k := storetest.New(t, storetest.Options{
+		Deps: app.Deps{MasterKey: bytes.Repeat([]byte{0x42}, 32), Version: "teste", NoDispatch: true,
+			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
+			Policy: app.CallbackPolicy{Insecure: true}},
+		BuiltinTypes: true, AdminPassword: audAdminPassword,
+	})
+	db, auth, sessions := k.DB, k.Auth, k.Sessions
+	cons := &console.Console{Sessions: sessions, Queries: k.Queries, Deliveries: k.Deliveries,
+		Integrators: k.Integrators, Registry: k.Registry, Consumers: k.Consumers, Ocorrencias: k.Ocorrencias,
+		Stats: k.Stats, Audit: k.AuditTrail, Logger: k.Logger, Now: k.Now,
+		EventsChanged: k.EventsChanged, AttemptsChanged: k.AttemptsChanged, Attempts: k.Store,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
-	srv := &web.Server{Console: cons.Handler(), Publisher: publisher, Ocorrencias: ocorrencias, Deliveries: deliveries,
-		Registry: registry, Queries: &app.Queries{Log: db, Store: db}, Consumers: consumers, Auth: auth,
-		Integrators: integrators, Audit: trail, Logger: logger, Gatherer: prometheus.NewRegistry(), Ready: db.Writable}
+	srv := &web.Server{Console: cons.Handler(), Publisher: k.Publisher, Ocorrencias: k.Ocorrencias, Deliveries: k.Deliveries,
+		Registry: k.Registry, Queries: k.Queries, Consumers: k.Consumers, Auth: auth,
+		Integrators: k.Integrators, Audit: k.AuditTrail, Logger: k.Logger, Gatherer: prometheus.NewRegistry(), Ready: db.Writable}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	env := &audEnv{URL: hs.URL, DB: db, Tokens: map[app.Papel]string{}, TokenIDs: map[app.Papel]string{}, Sessions: sessions}

@@ -2,14 +2,12 @@ package web_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,11 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"geohub/app"
-	"geohub/app/redact"
-	"geohub/store"
+	"geohub/store/storetest"
 	"geohub/web"
 )
 
@@ -39,75 +34,26 @@ type delEnv struct {
 func apiSetupWithDispatcher(t *testing.T) *delEnv {
 	t.Helper()
 	clock := &apiClock{now: apiStart}
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close database: %v", err)
-		}
+	k := storetest.New(t, storetest.Options{
+		Deps: app.Deps{MasterKey: apiMasterKey, Now: clock.Now,
+			Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
+			Policy:  app.CallbackPolicy{Insecure: true, Resolver: apiResolver},
+			Version: "teste", AutoDisable: app.DefaultAutoDisable, ReapOnStart: true},
+		// A fixed jitter (0.5 adds nothing) makes the backoff exact.
+		Tune: func(s *app.Services) { s.Dispatcher.Jitter = func() float64 { return 0.5 } },
 	})
-	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))
-
-	reg := prometheus.NewRegistry()
-	metrics := app.NewMetrics(reg)
-	registry, err := app.NewRegistry(t.Context(), db, clock.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := &app.Auth{Store: db, Now: clock.Now}
-	sealer, err := app.NewSealer(apiMasterKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy := app.CallbackPolicy{Insecure: true, Resolver: apiResolver}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now, Policy: policy}
-	if err := integrators.Load(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	consumers := &app.Consumers{Log: db, Store: db, Now: clock.Now, Logger: logger, Metrics: metrics}
-	// A fixed jitter (0.5 adds nothing) makes the backoff exact.
-	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: policy, Now: clock.Now,
-		Logger: logger, Version: "teste", Jitter: func() float64 { return 0.5 },
-		AutoDisable: app.DefaultAutoDisable, ReapOnStart: true}
-	db.OnCommit(func(batch []app.Appended) {
-		consumers.Committed(batch)
-		for _, a := range batch {
-			if a.Deliveries > 0 {
-				dispatcher.Wake()
-				return
-			}
-		}
-	})
-	ctx, stop := context.WithCancel(context.Background())
-	dispatched := make(chan struct{})
-	t.Cleanup(func() {
-		stop()
-		<-dispatched // in-flight deliveries finish and release their leases
-		consumers.Wait()
-	})
-	if err := consumers.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(dispatched)
-		if err := dispatcher.Run(ctx); err != nil {
-			t.Errorf("dispatcher: %v", err)
-		}
-	}()
+	db, auth, integrators, dispatcher := k.DB, k.Auth, k.Integrators, k.Dispatcher
 
 	srv := &web.Server{
-		Publisher: &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-			RedactionKey: redact.DeriveKey(apiMasterKey), Now: clock.Now, Metrics: metrics},
-		Deliveries:  &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: clock.Now},
-		Registry:    registry,
-		Queries:     &app.Queries{Log: db, Store: db},
-		Consumers:   consumers,
+		Publisher:   k.Publisher,
+		Deliveries:  k.Deliveries,
+		Registry:    k.Registry,
+		Queries:     k.Queries,
+		Consumers:   k.Consumers,
 		Auth:        auth,
 		Integrators: integrators,
-		Logger:      logger,
-		Gatherer:    reg,
+		Logger:      k.Logger,
+		Gatherer:    k.Gatherer,
 		Ready:       db.Writable,
 	}
 	hs := httptest.NewServer(srv.Handler())

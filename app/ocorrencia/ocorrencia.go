@@ -164,6 +164,17 @@ type Service struct {
 	BeforeProject func(ctx context.Context, ev app.Event) error
 }
 
+// New builds the plugin on the services and subscribes its read model to
+// their consumers. Package app cannot build it (the plugin imports app), so
+// it is called between app.New and Services.Start; set BeforeProject, when
+// wanted, before Start too.
+func New(svc *app.Services, rm ReadModel) *Service {
+	s := &Service{Commands: svc.Commands, Publisher: svc.Publisher, Log: svc.Store, ReadModel: rm,
+		Changed: &app.Notifier{}}
+	s.Subscribe(svc.Consumers)
+	return s
+}
+
 // pageSize is how many events of one aggregate a fold reads per query.
 const pageSize = 500
 

@@ -30,7 +30,8 @@
 //   - hash replaces the value with "hmac-sha256:" + hex(HMAC-SHA256(key, b)),
 //     b being a string's UTF-8 bytes or, for any other value, its compact
 //     JSON (keys sorted, numbers as their literal text, no HTML escaping).
-//     Use DeriveKey so the key is not the master key itself.
+//     The key is derived from the master key (app.DeriveRedactionKey),
+//     never the master key itself.
 //   - arredondar rounds a number to 3 decimal places (half away from zero,
 //     computed on the decimal text, not on a float), or an object with
 //     numeric lat and lng to just those two rounded. A number that already
@@ -49,7 +50,6 @@ package redact
 
 import (
 	"bytes"
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -86,17 +86,6 @@ func (es RuleErrors) Error() string {
 		msgs[i] = e.Error()
 	}
 	return "regras de redação inválidas: " + strings.Join(msgs, "; ")
-}
-
-// DeriveKey derives the HMAC key for hash rules from the master key, so the
-// master key never touches event data. It panics only if HKDF refuses the
-// master key (FIPS-only mode with a short key): a startup misconfiguration.
-func DeriveKey(master []byte) []byte {
-	k, err := hkdf.Key(sha256.New, master, nil, "geohub redaction v1", 32)
-	if err != nil {
-		panic("redact: derive key: " + err.Error())
-	}
-	return k
 }
 
 type op uint8
@@ -310,7 +299,7 @@ func (n *node) elem(i int) *node {
 }
 
 // Apply returns a new payload holding only what the rules name. key is the
-// HMAC key for hash rules (see DeriveKey). The result is never nil.
+// HMAC key for hash rules (app.DeriveRedactionKey). The result is never nil.
 func (p *Program) Apply(key []byte, payload map[string]any) map[string]any {
 	if p == nil || p.root == nil {
 		return map[string]any{}

@@ -49,7 +49,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
-	"geohub/app/redact"
 )
 
 // benchDelSenders is the dispatcher's default MaxInFlight (app.defaultInFlight):
@@ -495,7 +494,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
 		b.Fatal(err)
 	}
-	p := &app.Publisher{Log: db, Registry: reg, Integrators: integrators, RedactionKey: redact.DeriveKey(key),
+	p := &app.Publisher{Log: db, Registry: reg, Integrators: integrators, RedactionKey: app.DeriveRedactionKey(key),
 		Now: time.Now, Metrics: app.NewMetrics(prometheus.NewRegistry())}
 	benchRun(b, b.N, benchConcurrency, func(_, i int) error {
 		_, _, err := p.Publish(ctx, benchRequest(i))

@@ -21,7 +21,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/app/redact"
 	"geohub/store"
 	"geohub/web"
 	"geohub/web/console"
@@ -247,13 +246,19 @@ func (m *Main) Run(ctx context.Context) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := app.NewMetrics(reg)
-
-	registry, err := app.NewRegistry(ctx, db, time.Now)
+	autoDisable := app.DefaultAutoDisable
+	if cfg.NoAutoDisable {
+		autoDisable = 0
+	}
+	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Now: time.Now, Logger: logger, Registerer: reg,
+		Policy:  app.CallbackPolicy{Insecure: cfg.InsecureCallbacks},
+		Version: version, AutoDisable: autoDisable,
+		ReapOnStart: true, // one node, one dispatcher: leases found at start are orphans
+		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention})
 	if err != nil {
 		return err
 	}
-	conflicts, reactivated, err := app.RegisterBuiltinTypes(ctx, registry)
+	conflicts, reactivated, err := app.RegisterBuiltinTypes(ctx, svc.Registry)
 	if err != nil {
 		return err
 	}
@@ -264,8 +269,7 @@ func (m *Main) Run(ctx context.Context) error {
 	for _, tv := range reactivated {
 		logger.Warn("a built-in event type was deprecated, which made every command fail; it is active again", "tipo", tv)
 	}
-	auth := &app.Auth{Store: db, Now: time.Now}
-	if pw, created, err := auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
+	if pw, created, err := svc.Auth.EnsureAdmin(ctx, cfg.AdminPassword); err != nil {
 		return fmt.Errorf("create admin operator: %w", err)
 	} else if created && cfg.AdminPassword == "" {
 		// Only a generated password is printed: one given in the
@@ -275,136 +279,41 @@ func (m *Main) Run(ctx context.Context) error {
 		fmt.Fprintln(m.Stdout, "Operador admin criado com a senha de GEOHUB_ADMIN_PASSWORD.")
 	}
 
-	sealer, err := app.NewSealer(key)
-	if err != nil {
-		return err
-	}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now,
-		Policy: app.CallbackPolicy{Insecure: cfg.InsecureCallbacks}}
-	if err := integrators.Load(ctx); err != nil {
-		return err
-	}
-	for _, in := range integrators.RefusedCallbacks() {
-		logger.Warn("callback refused by this server: its deliveries fail until an admin fixes the URL",
-			"integrador", in.ID, "nome", in.Nome, "motivo", in.CallbackRecusado)
-	}
-
-	publisher := &app.Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: redact.DeriveKey(key), Now: time.Now, Metrics: metrics}
-	ocorrencias := &ocorrencia.Service{Publisher: publisher, Log: db, ReadModel: db, Changed: &app.Notifier{},
-		BeforeProject: m.BeforeProject,
-		Commands:      &app.Commands{Publisher: publisher, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
-	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
-	ocorrencias.Subscribe(consumers)
+	ocorrencias := ocorrencia.New(svc, db)
+	ocorrencias.BeforeProject = m.BeforeProject
 	if m.Subscribe != nil {
-		m.Subscribe(consumers)
+		m.Subscribe(svc.Consumers)
 	}
-	dispatcher := &app.Dispatcher{Store: db, Integrators: integrators, Policy: integrators.Policy,
-		Now: time.Now, Logger: logger, Metrics: metrics, Version: version, AutoDisable: app.DefaultAutoDisable,
-		ReapOnStart: true, // one node, one dispatcher: leases found at start are orphans
-		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention}
-	if cfg.NoAutoDisable {
-		dispatcher.AutoDisable = 0
-	}
-	// The console's live tails read the database themselves; these only
-	// wake them, without ever blocking a commit.
-	eventsChanged, attemptsChanged := &app.Notifier{}, &app.Notifier{}
-	dispatcher.OnRecorded = attemptsChanged.Notify
-	db.OnCommit(func(batch []app.Appended) {
-		consumers.Committed(batch)
-		if len(batch) > 0 {
-			eventsChanged.Notify()
-		}
-		for _, a := range batch {
-			if a.Deliveries > 0 {
-				dispatcher.Wake()
-				return
-			}
-		}
-	})
-	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() {
-		stopWorkers()
-		consumers.Wait()
-	}()
-	// SIGTERM during the start-up replay stops it too.
-	stopOnSignal := context.AfterFunc(ctx, stopWorkers)
-	defer stopOnSignal()
-	if err := consumers.Start(runCtx); err != nil {
+	// Stop runs before the database closes (deferred above): the stats
+	// loop, the dispatcher, the consumers, after the HTTP server and the
+	// demo (deferred below) are done.
+	defer svc.Stop()
+	if err := svc.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	dispatched := make(chan struct{})
-	go func() {
-		defer close(dispatched)
-		if err := dispatcher.Run(runCtx); err != nil {
-			logger.Error("dispatcher stopped", "err", err)
-		}
-	}()
-	defer func() {
-		stopWorkers()
-		<-dispatched // in-flight deliveries finish or release their leases
-	}()
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "geohub_dlq_pending", Help: "Open (pendente or retrying) DLQ entries.",
-	}, func() float64 {
-		st, err := db.DLQStats(context.Background(), 0)
-		if err != nil {
-			return -1
-		}
-		return float64(st.TotalPendentes)
-	}))
-
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "geohub_outbox_backlog", Help: "Deliveries pending or in flight.",
-	}, func() float64 {
-		n, err := db.OutboxBacklog(context.Background())
-		if err != nil {
-			return -1
-		}
-		return float64(n)
-	}))
-
-	stats := &app.Stats{Store: db, Now: time.Now}
-	statsDone := make(chan struct{})
-	go func() {
-		defer close(statsDone)
-		stats.Run(runCtx)
-	}()
-	defer func() {
-		stopWorkers()
-		<-statsDone
-	}()
-	queries := &app.Queries{Log: db, Store: db}
-	deliveries := &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
-	audit := &app.AuditTrail{Store: db}
 	cons := &console.Console{
-		Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
-		Queries:  queries, Deliveries: deliveries, Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias,
-		Consumers: consumers, Stats: stats, Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
-		EventsChanged: eventsChanged, AttemptsChanged: attemptsChanged, Attempts: db, Audit: audit,
+		Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries, Integrators: svc.Integrators,
+		Registry: svc.Registry, Ocorrencias: ocorrencias, Consumers: svc.Consumers, Stats: svc.Stats,
+		Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
+		EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged, Attempts: svc.Store, Audit: svc.AuditTrail,
 	}
 	srv := &web.Server{
-		Audit:       audit,
+		Audit:       svc.AuditTrail,
 		Console:     cons.Handler(),
-		Publisher:   publisher,
+		Publisher:   svc.Publisher,
 		Ocorrencias: ocorrencias,
-		Deliveries:  deliveries,
-		Registry:    registry,
-		Queries:     queries,
-		Consumers:   consumers,
-		Auth:        auth,
-		Integrators: integrators,
+		Deliveries:  svc.Deliveries,
+		Registry:    svc.Registry,
+		Queries:     svc.Queries,
+		Consumers:   svc.Consumers,
+		Auth:        svc.Auth,
+		Integrators: svc.Integrators,
 		Logger:      logger,
 		Gatherer:    reg,
-		Ready: func(ctx context.Context) error {
-			if !dispatcher.Running() {
-				return errors.New("dispatcher not running")
-			}
-			return db.Writable(ctx)
-		},
+		Ready:       svc.Ready,
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -439,7 +348,7 @@ func (m *Main) Run(ctx context.Context) error {
 		// The demo stops when Run returns for any reason, not only on a
 		// signal: an HTTP server failure must not leave it waiting.
 		demoCtx, stopDemo := context.WithCancel(ctx)
-		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: integrators, publisher: publisher, logger: logger}
+		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: svc.Integrators, publisher: svc.Publisher, logger: logger}
 		waitDemo, err := d.start(demoCtx)
 		if err != nil {
 			stopDemo()

@@ -39,7 +39,9 @@ const (
 	loginCSRF     = "geohub_csrf_login"
 )
 
-// Console serves the console's pages.
+// Console serves the console's pages. Every service field is required: they
+// come from one app.Services (serve.go, and storetest in the tests), so the
+// handlers do not check for a missing one.
 type Console struct {
 	Sessions    *app.Sessions
 	Queries     *app.Queries

@@ -3,20 +3,18 @@ package console_test
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"geohub/app"
 	"geohub/store"
+	"geohub/store/storetest"
 	"geohub/web/console"
 )
 
@@ -29,19 +27,19 @@ func consoleServer(t *testing.T) *httptest.Server {
 
 func consoleServerDB(t *testing.T) (*httptest.Server, *store.DB) {
 	t.Helper()
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
-		t.Fatal(err)
-	}
-	c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))},
-		Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now}
-	srv := httptest.NewServer(c.Handler())
+	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
+	srv := httptest.NewServer(newConsole(k).Handler())
 	t.Cleanup(srv.Close)
-	return srv, db
+	return srv, k.DB
+}
+
+// newConsole is the console as `geohub serve` builds it, on the kit's
+// services; a test sets the edge's own settings (proxies, insecure) on it.
+func newConsole(k *storetest.Kit) *console.Console {
+	return &console.Console{Sessions: k.Sessions, Queries: k.Queries, Deliveries: k.Deliveries,
+		Integrators: k.Integrators, Registry: k.Registry, Ocorrencias: k.Ocorrencias, Consumers: k.Consumers,
+		Stats: k.Stats, Audit: k.AuditTrail, EventsChanged: k.EventsChanged, AttemptsChanged: k.AttemptsChanged,
+		Attempts: k.Store, Logger: k.Logger, Now: k.Now}
 }
 
 // client is a browser without JavaScript: cookies kept, redirects not
@@ -544,22 +542,14 @@ func proxiedClient(from, proto string) *http.Client {
 }
 
 func TestConsoleBehindATrustedProxy(t *testing.T) {
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
-		t.Fatal(err)
-	}
+	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
 	serve := func(trusted string) *httptest.Server {
 		proxies, err := console.ParseTrustedProxies(trusted)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))},
-			Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
-			TrustedProxies: proxies}
+		c := newConsole(k)
+		c.TrustedProxies = proxies
 		srv := httptest.NewServer(c.Handler())
 		t.Cleanup(srv.Close)
 		return srv

@@ -74,11 +74,9 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	l, f := deliveryQuery(r)
 	v := deliveriesView{Q: l, Volta: r.URL.RequestURI(), TailURL: l.tailURL("/ws/entregas", "integrador", "tipo", "agregado", "event_id")}
 	var err error
-	if c.Integrators != nil {
-		if v.Integrators, err = c.Integrators.List(ctx); err != nil {
-			c.fail(w, r, err)
-			return
-		}
+	if v.Integrators, err = c.Integrators.List(ctx); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	v.Names = map[string]string{}
 	for _, in := range v.Integrators {
@@ -88,11 +86,9 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnprocessableEntity, deliveriesPage(c.page(r, "Entregas", "entregas"), v))
 		return
 	}
-	if c.Attempts != nil {
-		if v.De, err = c.Attempts.MaxAttemptID(ctx); err != nil {
-			c.fail(w, r, err)
-			return
-		}
+	if v.De, err = c.Attempts.MaxAttemptID(ctx); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	// After a resend the page comes back with ?de= from before it, so the
 	// attempt it caused shows in the tail even if it finished before this
@@ -157,10 +153,6 @@ func (c *Console) attemptsTail(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "filtro inválido", http.StatusBadRequest)
 		return
 	}
-	if c.Attempts == nil {
-		http.Error(w, "transmissão indisponível", http.StatusServiceUnavailable)
-		return
-	}
 	af := app.AttemptFilter{Integrador: f.Integrador, Tipo: f.Tipo, Agregado: f.Agregado}
 	names := c.integratorNames(r.Context())
 	c.serveTail(w, r, tailSource{
@@ -213,12 +205,10 @@ func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Corpo = nil // the envelope carries the full, unredacted payload: never on a page
 	v := deliveryView{D: d, Name: d.Integrador}
-	if c.Integrators != nil {
-		if in, err := c.Integrators.Get(r.Context(), d.Integrador); err == nil {
-			v.Name = in.Nome
-			if d.Status == app.EntregaPendente && circuitState(in) != app.CircuitoFechado {
-				v.Held = circuitText(in, c.Now())
-			}
+	if in, err := c.Integrators.Get(r.Context(), d.Integrador); err == nil {
+		v.Name = in.Nome
+		if d.Status == app.EntregaPendente && circuitState(in) != app.CircuitoFechado {
+			v.Held = circuitText(in, c.Now())
 		}
 	}
 	c.render(w, r, http.StatusOK, deliveryPage(c.page(r, fmt.Sprintf("Entrega #%d", id), "entregas"), v))
@@ -249,7 +239,7 @@ func backTo(r *http.Request, fallback string) string {
 func (c *Console) afterAction(r *http.Request, fallback string, before int64) string {
 	back := backTo(r, fallback)
 	u, err := url.Parse(back)
-	if err != nil || u.Path != "/entregas" || c.Attempts == nil {
+	if err != nil || u.Path != "/entregas" {
 		return back
 	}
 	q := u.Query()
@@ -260,9 +250,6 @@ func (c *Console) afterAction(r *http.Request, fallback string, before int64) st
 
 // lastAttempt is the newest attempt id, read before a resend.
 func (c *Console) lastAttempt(ctx context.Context) (int64, error) {
-	if c.Attempts == nil {
-		return 0, nil
-	}
 	return c.Attempts.MaxAttemptID(ctx)
 }
 
@@ -305,11 +292,9 @@ func (c *Console) retryDeliveryNow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg := fmt.Sprintf("Entrega #%d adiantada: sai agora, na ordem do seu agregado.", id)
-	if c.Integrators != nil {
-		if in, err := c.Integrators.Get(ctx, d.Integrador); err == nil && circuitState(in) != app.CircuitoFechado {
-			msg = fmt.Sprintf("Entrega #%d adiantada, mas o circuito de %s está aberto: ela sai quando o receptor for testado de novo (%s). “Tentar agora” na página do integrador fecha o circuito.",
-				id, in.Nome, circuitText(in, c.Now()))
-		}
+	if in, err := c.Integrators.Get(ctx, d.Integrador); err == nil && circuitState(in) != app.CircuitoFechado {
+		msg = fmt.Sprintf("Entrega #%d adiantada, mas o circuito de %s está aberto: ela sai quando o receptor for testado de novo (%s). “Tentar agora” na página do integrador fecha o circuito.",
+			id, in.Nome, circuitText(in, c.Now()))
 	}
 	c.redirect(w, r, c.afterAction(r, "/entregas/"+strconv.FormatInt(id, 10), before), msg)
 }

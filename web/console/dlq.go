@@ -62,10 +62,6 @@ func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 		c.showDLQ(w, r, http.StatusUnprocessableEntity, "Escolha a colônia a reprocessar.")
 		return
 	}
-	if c.Consumers == nil {
-		c.fail(w, r, app.Errorf(app.EUnavailable, "os consumidores internos não estão rodando"))
-		return
-	}
 	res, err := c.Consumers.ReprocessDLQ(r.Context(), colonia)
 	var e *app.Error
 	switch {

@@ -419,9 +419,6 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 
 // typeNames lists the registered types for the filter's suggestions.
 func (c *Console) typeNames() []string {
-	if c.Registry == nil {
-		return nil
-	}
 	var out []string
 	for _, tv := range c.Registry.List() {
 		if !slices.Contains(out, tv.Tipo) {
@@ -436,9 +433,6 @@ func (c *Console) typeNames() []string {
 // nothing to an operator.
 func (c *Console) integratorNames(ctx context.Context) map[string]string {
 	names := map[string]string{}
-	if c.Integrators == nil {
-		return names
-	}
 	all, err := c.Integrators.List(ctx)
 	if err != nil {
 		c.Logger.Warn("list integrators for names", "err", err)

@@ -2,18 +2,15 @@ package console_test
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"geohub/app"
-	"geohub/store"
+	"geohub/store/storetest"
 	"geohub/web/console"
 )
 
@@ -22,21 +19,13 @@ import (
 // comes from (X-Forwarded-For, see proxiedClient).
 func proxiedConsole(t *testing.T) *httptest.Server {
 	t.Helper()
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
-		t.Fatal(err)
-	}
+	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
 	proxies, err := console.ParseTrustedProxies("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))},
-		Stats: &app.Stats{Store: db, Now: time.Now}, Logger: slog.New(slog.DiscardHandler), Now: time.Now,
-		TrustedProxies: proxies}
+	c := newConsole(k)
+	c.TrustedProxies = proxies
 	srv := httptest.NewServer(c.Handler())
 	t.Cleanup(srv.Close)
 	return srv

@@ -129,12 +129,10 @@ func (c *Console) ocorrencias(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	l, f := ocorrenciaQuery(r)
 	v := ocorrenciasView{Q: l, Antes: f.Antes, CanAct: allowed(sessionOf(r), operators)}
-	if c.Integrators != nil {
-		var err error
-		if v.Integrators, err = c.Integrators.List(ctx); err != nil {
-			c.fail(w, r, err)
-			return
-		}
+	var err error
+	if v.Integrators, err = c.Integrators.List(ctx); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	v.Names = map[string]string{}
 	for _, in := range v.Integrators {

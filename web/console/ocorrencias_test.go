@@ -1,14 +1,11 @@
 package console_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,13 +13,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/app/redact"
 	"geohub/store"
-	"geohub/web/console"
+	"geohub/store/storetest"
 )
 
 // ocBench is the console over the ocorrência plugin as `geohub serve` wires
@@ -36,53 +31,15 @@ type ocBench struct {
 
 func newOcBench(t *testing.T) *ocBench {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(ctx, benchAdminPassword); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
-		t.Fatal(err)
-	}
-	key := make([]byte, 32)
-	sealer, err := app.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.DiscardHandler)
-	metrics := app.NewMetrics(prometheus.NewRegistry())
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: app.CallbackPolicy{Insecure: true}}
-	if err := integrators.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pub := &app.Publisher{Log: db, Registry: reg, Integrators: integrators, RedactionKey: redact.DeriveKey(key),
-		Now: time.Now, Metrics: metrics}
-	svc := &ocorrencia.Service{Publisher: pub, Log: db, ReadModel: db, Changed: &app.Notifier{},
-		Commands: &app.Commands{Publisher: pub, Log: db, Key: app.DeriveCommandKey(key), Now: time.Now}}
-	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
-	svc.Subscribe(consumers)
-	db.OnCommit(consumers.Committed)
-	runCtx, stop := context.WithCancel(ctx)
-	if err := consumers.Start(runCtx); err != nil {
-		t.Fatal(err)
-	}
-	c := &console.Console{Sessions: &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)},
-		Queries: &app.Queries{Log: db, Store: db}, Integrators: integrators, Registry: reg, Consumers: consumers,
-		Ocorrencias: svc, Stats: &app.Stats{Store: db, Now: time.Now}, Logger: logger, Now: time.Now}
-	b := &ocBench{srv: httptest.NewServer(c.Handler()), db: db, svc: svc}
+	k := storetest.New(t, storetest.Options{
+		Deps:         app.Deps{Policy: app.CallbackPolicy{Insecure: true}},
+		BuiltinTypes: true, AdminPassword: benchAdminPassword,
+	})
+	c := newConsole(k)
+	b := &ocBench{srv: httptest.NewServer(c.Handler()), db: k.DB, svc: k.Ocorrencias}
 	t.Cleanup(func() {
 		c.CloseTails()
 		b.srv.Close()
-		stop()
-		consumers.Wait()
-		db.Close()
 	})
 	return b
 }

@@ -85,7 +85,7 @@ func (c *Console) overviewData(ctx context.Context, win overviewWindow) (overvie
 		return v, err
 	}
 	v.Events = v.O.EventosPorMinuto
-	if win.Bucket != time.Minute && c.Queries != nil {
+	if win.Bucket != time.Minute {
 		if v.Events, err = c.eventBuckets(ctx, win, now); err != nil {
 			return v, err
 		}
@@ -93,12 +93,10 @@ func (c *Console) overviewData(ctx context.Context, win overviewWindow) (overvie
 	if len(v.O.Backlog) > 0 && now.Sub(v.O.Backlog[0].Em) < time.Hour-time.Minute {
 		v.GaugeSpan = "desde " + clock(v.O.Backlog[0].Em, now) + ", quando o servidor iniciou"
 	}
-	if c.Integrators != nil {
-		if v.Integrators, err = c.Integrators.List(ctx); err != nil {
-			return v, err
-		}
-		slices.SortStableFunc(v.Integrators, func(a, b app.Integrator) int { return troubleRank(a) - troubleRank(b) })
+	if v.Integrators, err = c.Integrators.List(ctx); err != nil {
+		return v, err
 	}
+	slices.SortStableFunc(v.Integrators, func(a, b app.Integrator) int { return troubleRank(a) - troubleRank(b) })
 	return v, nil
 }
 

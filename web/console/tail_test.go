@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -17,12 +15,9 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
-	"geohub/app/redact"
-	"geohub/store"
-	"geohub/web/console"
+	"geohub/store/storetest"
 )
 
 // tailBench is the console with everything behind it, wired as `geohub
@@ -42,69 +37,25 @@ const benchAdminPassword = "senha-do-admin-1"
 
 func newTailBench(t *testing.T) *tailBench {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := (&app.Auth{Store: db, Now: time.Now}).EnsureAdmin(ctx, benchAdminPassword); err != nil {
-		t.Fatal(err)
-	}
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
-		t.Fatal(err)
-	}
-	key := make([]byte, 32)
-	sealer, err := app.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.DiscardHandler)
-	metrics := app.NewMetrics(prometheus.NewRegistry())
-	b := &tailBench{events: &app.Notifier{}}
-	attempts := &app.Notifier{}
-	b.integrators = &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: app.CallbackPolicy{Insecure: true}}
-	if err := b.integrators.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	consumers := &app.Consumers{Log: db, Store: db, Now: time.Now, Logger: logger, Metrics: metrics}
-	consumers.Subscribe("jornada:encerrada", "folha", "calcula-horas", func(context.Context, app.Event) error {
-		if b.failing.Load() {
-			return errors.New("banco da folha fora do ar")
-		}
-		return nil
+	b := &tailBench{}
+	k := storetest.New(t, storetest.Options{
+		Deps:         app.Deps{Policy: app.CallbackPolicy{Insecure: true}, Version: "teste"},
+		BuiltinTypes: true, AdminPassword: benchAdminPassword,
+		Subscribe: func(c *app.Consumers) {
+			c.Subscribe("jornada:encerrada", "folha", "calcula-horas", func(context.Context, app.Event) error {
+				if b.failing.Load() {
+					return errors.New("banco da folha fora do ar")
+				}
+				return nil
+			})
+		},
 	})
-	dispatcher := &app.Dispatcher{Store: db, Integrators: b.integrators, Policy: b.integrators.Policy, Now: time.Now,
-		Logger: logger, Metrics: metrics, Version: "teste", OnRecorded: attempts.Notify}
-	db.OnCommit(func(batch []app.Appended) {
-		consumers.Committed(batch)
-		b.events.Notify()
-		dispatcher.Wake()
-	})
-	runCtx, stop := context.WithCancel(ctx)
-	if err := consumers.Start(runCtx); err != nil {
-		t.Fatal(err)
-	}
-	dispatched := make(chan struct{})
-	go func() { defer close(dispatched); dispatcher.Run(runCtx) }()
-	b.pub = &app.Publisher{Log: db, Registry: reg, Integrators: b.integrators, RedactionKey: redact.DeriveKey(key),
-		Now: time.Now, Metrics: metrics}
-	b.sessions = &app.Sessions{Store: db, Now: time.Now, CSRFKey: app.DeriveCSRFKey(key)}
-	b.deliveries = &app.Deliveries{Store: db, Dispatcher: dispatcher, Now: time.Now}
-	c := &console.Console{Sessions: b.sessions, Queries: &app.Queries{Log: db, Store: db}, Deliveries: b.deliveries,
-		Integrators: b.integrators, Registry: reg, Consumers: consumers, Stats: &app.Stats{Store: db, Now: time.Now},
-		EventsChanged: b.events, AttemptsChanged: attempts, Attempts: db, Logger: logger, Now: time.Now}
+	b.pub, b.sessions, b.integrators, b.deliveries, b.events = k.Publisher, k.Sessions, k.Integrators, k.Deliveries, k.EventsChanged
+	c := newConsole(k)
 	b.srv = httptest.NewServer(c.Handler())
 	t.Cleanup(func() {
 		c.CloseTails()
 		b.srv.Close()
-		stop()
-		<-dispatched
-		consumers.Wait()
-		db.Close()
 	})
 	return b
 }

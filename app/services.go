@@ -1,0 +1,257 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store is everything the services keep in a database: the interfaces app
+// owns, which package store implements (and asserts it does). A second
+// backend is one more implementation of this one interface.
+type Store interface {
+	EventLog
+	PageLog
+	RegistryStore
+	AuthStore
+	SessionStore
+	IntegratorStore
+	OutboxStore
+	ConsumerStore
+	StatsStore
+	AuditStore
+	AttemptLog
+	// OnCommit sets the one function called after each committed batch of
+	// appended events, outside the transaction; it must not block.
+	OnCommit(fn func([]Appended))
+	// Writable says whether a write would succeed now (/readyz).
+	Writable(ctx context.Context) error
+}
+
+// Deps is what the service graph is built from: the store, the master key,
+// and the settings `geohub serve` takes from its flags. Zero values are the
+// defaults noted; tests set only what they vary.
+type Deps struct {
+	Store     Store
+	MasterKey []byte           // 32 bytes; every key is derived from it (keys.go)
+	Now       func() time.Time // default time.Now
+	Logger    *slog.Logger     // default discards
+	// Registerer takes the services' metrics and the gauges of the outbox
+	// backlog and the open DLQ entries; nil records no metrics.
+	Registerer prometheus.Registerer
+	// Policy is the callback policy of registration and of every delivery.
+	Policy CallbackPolicy
+
+	// The dispatcher's settings (see Dispatcher): Version goes in the
+	// User-Agent; AutoDisable 0 turns auto-disable off; zero retentions are
+	// the defaults.
+	Version                        string
+	AutoDisable                    time.Duration
+	Retention, DeadLetterRetention time.Duration
+	ReapOnStart                    bool
+	// NoDispatch leaves the dispatcher stopped: Start runs only the
+	// consumers and the stats loop, and Ready does not ask for it. For tests
+	// that put deliveries where they want them and look at the rows.
+	NoDispatch bool
+}
+
+// Services is the service graph, built once by New for `geohub serve` and
+// the test kits alike. Its fields may be adjusted between New and Start
+// (tests tune the dispatcher, plugins subscribe consumers); not after.
+type Services struct {
+	Store       Store
+	Now         func() time.Time // the clock every service reads
+	Logger      *slog.Logger
+	Metrics     *Metrics
+	Registry    *Registry
+	Auth        *Auth
+	Sessions    *Sessions
+	Integrators *Integrators
+	Publisher   *Publisher
+	Commands    *Commands
+	Consumers   *Consumers
+	Dispatcher  *Dispatcher
+	Queries     *Queries
+	Deliveries  *Deliveries
+	AuditTrail  *AuditTrail
+	Stats       *Stats
+	// The console's live tails read the database themselves; these only
+	// wake them, without ever blocking a commit.
+	EventsChanged, AttemptsChanged *Notifier
+
+	dispatch bool
+	// Set by Start, used by Stop.
+	stop       context.CancelFunc
+	dispatched chan struct{}
+	statsDone  chan struct{}
+	stopOnce   sync.Once
+}
+
+// New builds the services on d.Store and loads what they cache (the
+// registry, the cadastro of integrators). It starts nothing: subscribe the
+// consumers, then call Start. New also makes the store call Committed after
+// every commit.
+func New(ctx context.Context, d Deps) (*Services, error) {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	db := d.Store
+	var metrics *Metrics
+	if d.Registerer != nil {
+		metrics = NewMetrics(d.Registerer)
+		registerGauges(d.Registerer, db)
+	}
+	sealer, err := NewSealer(d.MasterKey)
+	if err != nil {
+		return nil, err
+	}
+	registry, err := NewRegistry(ctx, db, d.Now)
+	if err != nil {
+		return nil, err
+	}
+	integrators := &Integrators{Store: db, Sealer: sealer, Now: d.Now, Policy: d.Policy}
+	if err := integrators.Load(ctx); err != nil {
+		return nil, err
+	}
+	for _, in := range integrators.RefusedCallbacks() {
+		d.Logger.Warn("callback refused by this server: its deliveries fail until an admin fixes the URL",
+			"integrador", in.ID, "nome", in.Nome, "motivo", in.CallbackRecusado)
+	}
+	publisher := &Publisher{Log: db, Registry: registry, Integrators: integrators,
+		RedactionKey: DeriveRedactionKey(d.MasterKey), Now: d.Now, Metrics: metrics}
+	s := &Services{
+		Store:       db,
+		Now:         d.Now,
+		Logger:      d.Logger,
+		Metrics:     metrics,
+		Registry:    registry,
+		Auth:        &Auth{Store: db, Now: d.Now},
+		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: DeriveCSRFKey(d.MasterKey)},
+		Integrators: integrators,
+		Publisher:   publisher,
+		Commands:    &Commands{Publisher: publisher, Log: db, Key: DeriveCommandKey(d.MasterKey), Now: d.Now},
+		Consumers:   &Consumers{Log: db, Store: db, Now: d.Now, Logger: d.Logger, Metrics: metrics},
+		Queries:     &Queries{Log: db, Store: db},
+		AuditTrail:  &AuditTrail{Store: db},
+		Stats:       &Stats{Store: db, Now: d.Now},
+
+		EventsChanged:   &Notifier{},
+		AttemptsChanged: &Notifier{},
+		dispatch:        !d.NoDispatch,
+	}
+	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
+		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
+		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
+		OnRecorded: s.AttemptsChanged.Notify}
+	s.Deliveries = &Deliveries{Store: db, Dispatcher: s.Dispatcher, Now: d.Now}
+	db.OnCommit(s.Committed)
+	return s, nil
+}
+
+// registerGauges exports the numbers the console's overview also shows,
+// read from the store when scraped (-1 when the read fails).
+func registerGauges(reg prometheus.Registerer, st StatsStore) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "geohub_dlq_pending", Help: "Open (pendente or retrying) DLQ entries.",
+	}, func() float64 {
+		s, err := st.DLQStats(context.Background(), 0)
+		if err != nil {
+			return -1
+		}
+		return float64(s.TotalPendentes)
+	}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "geohub_outbox_backlog", Help: "Deliveries pending or in flight.",
+	}, func() float64 {
+		n, err := st.OutboxBacklog(context.Background())
+		if err != nil {
+			return -1
+		}
+		return float64(n)
+	}))
+}
+
+// Committed is who is woken after a commit: the consumers always (they
+// track the sequence), the console's event tails when events were
+// appended, and the dispatcher only when the batch has deliveries, since a
+// commit without any gives it nothing new to claim. It never blocks.
+func (s *Services) Committed(batch []Appended) {
+	s.Consumers.Committed(batch)
+	if len(batch) > 0 {
+		s.EventsChanged.Notify()
+	}
+	for _, a := range batch {
+		if a.Deliveries > 0 {
+			s.Dispatcher.Wake()
+			return
+		}
+	}
+}
+
+// Start runs the consumers (after their catch-up from the log, which Start
+// waits for), the dispatcher and the stats loop, until Stop or until ctx
+// ends: a SIGTERM stops the workers at once, during the start-up replay
+// too, and Start then returns ctx's error. Stop waits for them; call it
+// once Start was called, whatever Start returned.
+func (s *Services) Start(ctx context.Context) error {
+	runCtx, stop := context.WithCancel(ctx)
+	s.stop = stop
+	if err := s.Consumers.Start(runCtx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	if s.dispatch {
+		s.dispatched = make(chan struct{})
+		go func() {
+			defer close(s.dispatched)
+			if err := s.Dispatcher.Run(runCtx); err != nil {
+				s.Logger.Error("dispatcher stopped", "err", err)
+			}
+		}()
+	}
+	s.statsDone = make(chan struct{})
+	go func() {
+		defer close(s.statsDone)
+		s.Stats.Run(runCtx)
+	}()
+	return nil
+}
+
+// Stop stops what Start started and waits for it, in this order: the stats
+// loop, the dispatcher (in-flight deliveries finish or release their
+// leases), then the consumers. The store stays open: its owner closes it
+// after Stop.
+func (s *Services) Stop() {
+	s.stopOnce.Do(func() {
+		if s.stop == nil {
+			return
+		}
+		s.stop()
+		if s.statsDone != nil {
+			<-s.statsDone
+		}
+		if s.dispatched != nil {
+			<-s.dispatched
+		}
+		s.Consumers.Wait()
+	})
+}
+
+// Ready reports whether the server can do its work (/readyz): the
+// dispatcher runs, unless New was told not to run it, and the store takes
+// writes.
+func (s *Services) Ready(ctx context.Context) error {
+	if s.dispatch && !s.Dispatcher.Running() {
+		return errors.New("dispatcher not running")
+	}
+	return s.Store.Writable(ctx)
+}

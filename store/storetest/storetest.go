@@ -1,0 +1,100 @@
+// Package storetest builds, for tests, the service graph `geohub serve`
+// runs (app.New, the ocorrência plugin, Start), on a real SQLite file in
+// the test's temporary directory and with one clock for the store and
+// every service. The HTTP edges (web.Server, console.Console) stay in their
+// packages' kits, which build them from the Kit's fields.
+package storetest
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"geohub/app"
+	"geohub/app/ocorrencia"
+	"geohub/store"
+)
+
+// Options are what a kit varies. Deps.Store is the kit's own database;
+// every other Deps field is passed to app.New as given, except that a nil
+// MasterKey is 32 zero bytes and a nil Registerer a fresh registry (the
+// Kit's Gatherer), so metrics are recorded as in production.
+type Options struct {
+	app.Deps
+	// BuiltinTypes registers the built-in event types, as serve does.
+	BuiltinTypes bool
+	// AdminPassword, when set, creates the admin operator with it.
+	AdminPassword string
+	// Subscribe registers more in-process consumers, and Tune adjusts the
+	// services (the dispatcher's jitter, say), both before Start.
+	Subscribe func(*app.Consumers)
+	Tune      func(*app.Services)
+	// BeforeProject is the ocorrência read model's hook (see
+	// ocorrencia.Service).
+	BeforeProject func(ctx context.Context, ev app.Event) error
+}
+
+// Kit is a running graph. The test's cleanup stops the services, then
+// closes the database; kits built on it register their own cleanups later,
+// so those (HTTP servers, live tails) run first.
+type Kit struct {
+	*app.Services
+	DB          *store.DB
+	Ocorrencias *ocorrencia.Service
+	Gatherer    prometheus.Gatherer // the registry metrics go to, unless Options set one
+}
+
+// New builds and starts the graph; it fails the test on any error.
+func New(t testing.TB, o Options) *Kit {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{Now: o.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close database: %v", err)
+		}
+	})
+	d := o.Deps
+	d.Store = db
+	if d.MasterKey == nil {
+		d.MasterKey = make([]byte, 32)
+	}
+	k := &Kit{DB: db}
+	if d.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		d.Registerer, k.Gatherer = reg, reg
+	}
+	svc, err := app.New(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Services = svc
+	if o.BuiltinTypes {
+		if _, _, err := app.RegisterBuiltinTypes(ctx, svc.Registry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.AdminPassword != "" {
+		if _, _, err := svc.Auth.EnsureAdmin(ctx, o.AdminPassword); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.Ocorrencias = ocorrencia.New(svc, db)
+	k.Ocorrencias.BeforeProject = o.BeforeProject
+	if o.Subscribe != nil {
+		o.Subscribe(svc.Consumers)
+	}
+	if o.Tune != nil {
+		o.Tune(svc)
+	}
+	t.Cleanup(svc.Stop)
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
