@@ -55,7 +55,7 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cad.secret = in.Segredo
+	cad.setSecret(in.Segredo)
 	bodies := map[string]string{}
 	for i := range events {
 		id := uuid.Must(uuid.NewV7()).String()

@@ -1,0 +1,258 @@
+// Package postgres is Geohub's PostgreSQL backend, for several replicas on
+// one database (SPEC 12): the same tables and meanings as package store's
+// SQLite, in PostgreSQL's dialect, behind the interfaces package app owns.
+// As with SQLite, one writer goroutine per process batches concurrent
+// writes into one transaction (group commit), and a pool serves reads.
+//
+// This first slice holds the event log and what an append writes (outbox
+// rows, their sequences, aggregate owners, audit entries).
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"geohub/app"
+)
+
+// Schema is schema.sql: numbered migration blocks applied in order at open.
+//
+//go:embed schema.sql
+var Schema string
+
+// DB is an open Geohub database on PostgreSQL.
+type DB struct {
+	now   func() time.Time
+	write *pgxpool.Pool // one connection, used by the writer goroutine only
+	read  *pgxpool.Pool
+
+	ops    chan *op
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	hookMu sync.RWMutex
+	hook   func([]app.Appended)
+}
+
+// Options tune Open.
+type Options struct {
+	Now      func() time.Time // clock; default time.Now
+	MaxBatch int              // most operations in one group commit; default 512
+	MaxReads int              // reader pool size; default max(4, 2*GOMAXPROCS)
+}
+
+// settings are set on every connection, in its startup packet, so that no
+// server or role default can weaken them: an acknowledged append is on
+// disk (SPEC 11), and every timestamp the server itself reads is UTC. A
+// transaction left open by a replica that hangs (not one that dies: its
+// connection closes and the server rolls it back) would keep log_head's
+// lock and stop every replica's appends; the server ends it after the idle
+// timeout, far above the milliseconds a group commit holds it.
+var settings = map[string]string{
+	"synchronous_commit":                  "on",
+	"TimeZone":                            "UTC",
+	"application_name":                    "geohub",
+	"idle_in_transaction_session_timeout": "15s",
+}
+
+// Open connects to the database at url, applies pending migrations and
+// starts the writer.
+func Open(ctx context.Context, url string, opt Options) (*DB, error) {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.MaxBatch == 0 {
+		opt.MaxBatch = 512
+	}
+	if opt.MaxReads == 0 {
+		opt.MaxReads = max(4, runtime.GOMAXPROCS(0)*2)
+	}
+	w, err := pool(ctx, url, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := pool(ctx, url, opt.MaxReads)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	db := &DB{now: opt.Now, write: w, read: r,
+		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
+	go db.writer(opt.MaxBatch)
+	return db, nil
+}
+
+func pool(ctx context.Context, url string, n int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	for k, v := range settings {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	cfg.MaxConns, cfg.MinConns = int32(n), 0
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := p.Ping(ctx); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return p, nil
+}
+
+// OnCommit sets the function the writer calls, in sequence order, with the
+// events each group commit made durable, before it answers their callers.
+// It must not block. It sees this process's appends only.
+func (db *DB) OnCommit(fn func([]app.Appended)) {
+	db.hookMu.Lock()
+	db.hook = fn
+	db.hookMu.Unlock()
+}
+
+// Close stops the writer after the operations already queued and closes
+// every connection.
+func (db *DB) Close() error {
+	db.once.Do(func() {
+		close(db.stop)
+		<-db.done
+		db.read.Close()
+		db.write.Close()
+	})
+	return nil
+}
+
+// Setting reads one run-time setting (SHOW name) on the writer's
+// connection or on a reader's. Tests use it to prove that durability
+// settings hold on every connection.
+func (db *DB) Setting(ctx context.Context, name string, writer bool) (string, error) {
+	if !validSetting(name) {
+		return "", fmt.Errorf("bad setting name %q", name)
+	}
+	var v string
+	if writer {
+		err := db.do(ctx, func(tx *wtx) error {
+			return tx.QueryRow(context.Background(), "SHOW "+name).Scan(&v)
+		})
+		return v, err
+	}
+	err := db.read.QueryRow(ctx, "SHOW "+name).Scan(&v)
+	return v, err
+}
+
+func validSetting(name string) bool {
+	for _, r := range name {
+		if !(r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return name != ""
+}
+
+// migrationLock is the key of the advisory lock migrations run under. It
+// is a transaction lock: it ends with the migrating transaction, so a
+// connection pooler in transaction mode cannot leave it held.
+const migrationLock = 0x67656f687562 // "geohub"
+
+// migrate applies the numbered blocks of schema.sql not yet recorded in
+// schema_migrations, all in one transaction under migrationLock: replicas
+// that start together wait for the first, then find nothing to do.
+// PostgreSQL's DDL is transactional, so a failing block leaves nothing.
+func migrate(ctx context.Context, p *pgxpool.Pool) error {
+	blocks, err := migrations(Schema)
+	if err != nil {
+		return err
+	}
+	tx, err := p.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, aplicada_em BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if current > len(blocks) {
+		return fmt.Errorf("migrate: the database is at version %d, newer than this binary's %d", current, len(blocks))
+	}
+	for _, m := range blocks[current:] {
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, aplicada_em) VALUES ($1, $2)",
+			m.version, time.Now().UnixMilli()); err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// SchemaVersion is the last migration applied.
+func (db *DB) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := db.read.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)
+	return v, err
+}
+
+type migration struct {
+	version int
+	sql     string
+}
+
+// migrations splits schema.sql at its "-- migration: N" lines.
+func migrations(schema string) ([]migration, error) {
+	var out []migration
+	const marker = "-- migration: "
+	for _, line := range strings.SplitAfter(schema, "\n") {
+		if strings.HasPrefix(line, marker) {
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, marker)))
+			if err != nil || n != len(out)+1 {
+				return nil, fmt.Errorf("postgres schema.sql: bad migration marker %q", strings.TrimSpace(line))
+			}
+			out = append(out, migration{version: n})
+			continue
+		}
+		if len(out) > 0 {
+			out[len(out)-1].sql += line
+		}
+	}
+	return out, nil
+}
+
+// ms converts between time and the unix milliseconds the schema stores.
+func ms(t time.Time) int64     { return t.UnixMilli() }
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// null is s, or SQL NULL when empty, as SQLite's store writes optional text.
+func null(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+var errNoRows = pgx.ErrNoRows
+
+func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
