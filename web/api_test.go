@@ -101,18 +101,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	})
 	db, auth, integrators, registry, ocorrencias := k.DB, k.Auth, k.Integrators, k.Registry, k.Ocorrencias
 
-	srv := &web.Server{
-		Integrators: integrators,
-		Publisher:   k.Publisher,
-		Ocorrencias: ocorrencias,
-		Registry:    registry,
-		Queries:     k.Queries,
-		Consumers:   k.Consumers,
-		Auth:        auth,
-		Logger:      k.Logger,
-		Gatherer:    k.Gatherer,
-		Ready:       k.Ready,
-	}
+	srv := web.New(k.Services, ocorrencias, nil, k.Gatherer)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 

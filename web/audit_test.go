@@ -53,14 +53,9 @@ func audSetup(t *testing.T) *audEnv {
 		BuiltinTypes: true, AdminPassword: audAdminPassword,
 	})
 	db, auth, sessions := k.DB, k.Auth, k.Sessions
-	cons := &console.Console{Sessions: sessions, Queries: k.Queries, Deliveries: k.Deliveries,
-		Integrators: k.Integrators, Registry: k.Registry, Consumers: k.Consumers, Ocorrencias: k.Ocorrencias,
-		Stats: k.Stats, Audit: k.AuditTrail, Logger: k.Logger, Now: k.Now,
-		EventsChanged: k.EventsChanged, AttemptsChanged: k.AttemptsChanged, Attempts: k.Store,
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
-	srv := &web.Server{Console: cons.Handler(), Publisher: k.Publisher, Ocorrencias: k.Ocorrencias, Deliveries: k.Deliveries,
-		Registry: k.Registry, Queries: k.Queries, Consumers: k.Consumers, Auth: auth,
-		Integrators: k.Integrators, Audit: k.AuditTrail, Logger: k.Logger, Gatherer: prometheus.NewRegistry(), Ready: db.Writable}
+	cons := console.New(k.Services, k.Ocorrencias)
+	cons.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	srv := web.New(k.Services, k.Ocorrencias, cons.Handler(), prometheus.NewRegistry())
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	env := &audEnv{URL: hs.URL, DB: db, Tokens: map[app.Papel]string{}, TokenIDs: map[app.Papel]string{}, Sessions: sessions}

@@ -44,18 +44,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 	})
 	db, auth, integrators, dispatcher := k.DB, k.Auth, k.Integrators, k.Dispatcher
 
-	srv := &web.Server{
-		Publisher:   k.Publisher,
-		Deliveries:  k.Deliveries,
-		Registry:    k.Registry,
-		Queries:     k.Queries,
-		Consumers:   k.Consumers,
-		Auth:        auth,
-		Integrators: integrators,
-		Logger:      k.Logger,
-		Gatherer:    k.Gatherer,
-		Ready:       db.Writable,
-	}
+	srv := web.New(k.Services, k.Ocorrencias, nil, k.Gatherer)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 

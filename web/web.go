@@ -48,6 +48,14 @@ type Server struct {
 	Ready func(ctx context.Context) error
 }
 
+// New is the API on the service graph; console serves what the API does
+// not route (nil: nothing), gatherer the metrics.
+func New(svc *app.Services, oc *ocorrencia.Service, console http.Handler, gatherer prometheus.Gatherer) *Server {
+	return &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
+		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: oc, Audit: svc.AuditTrail,
+		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready}
+}
+
 // readRoles may read everything operators see.
 var readRoles = []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
 

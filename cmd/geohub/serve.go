@@ -294,27 +294,9 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	cons := &console.Console{
-		Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries, Integrators: svc.Integrators,
-		Registry: svc.Registry, Ocorrencias: ocorrencias, Consumers: svc.Consumers, Stats: svc.Stats,
-		Insecure: cfg.InsecureCallbacks, TrustedProxies: proxies, Logger: logger, Now: time.Now,
-		EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged, Attempts: svc.Store, Audit: svc.AuditTrail,
-	}
-	srv := &web.Server{
-		Audit:       svc.AuditTrail,
-		Console:     cons.Handler(),
-		Publisher:   svc.Publisher,
-		Ocorrencias: ocorrencias,
-		Deliveries:  svc.Deliveries,
-		Registry:    svc.Registry,
-		Queries:     svc.Queries,
-		Consumers:   svc.Consumers,
-		Auth:        svc.Auth,
-		Integrators: svc.Integrators,
-		Logger:      logger,
-		Gatherer:    reg,
-		Ready:       svc.Ready,
-	}
+	cons := console.New(svc, ocorrencias)
+	cons.Insecure, cons.TrustedProxies = cfg.InsecureCallbacks, proxies
+	srv := web.New(svc, ocorrencias, cons.Handler(), reg)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err

@@ -72,6 +72,15 @@ type Console struct {
 	tails tails
 }
 
+// New is the console on the service graph; the caller sets the edge's own
+// settings (Insecure, TrustedProxies) before Handler.
+func New(svc *app.Services, oc *ocorrencia.Service) *Console {
+	return &Console{Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries,
+		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
+		Stats: svc.Stats, Audit: svc.AuditTrail, EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged,
+		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now}
+}
+
 // session is the signed-in operator of a request.
 type session struct {
 	op     app.Operator

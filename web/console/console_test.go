@@ -35,12 +35,7 @@ func consoleServerDB(t *testing.T) (*httptest.Server, *store.DB) {
 
 // newConsole is the console as `geohub serve` builds it, on the kit's
 // services; a test sets the edge's own settings (proxies, insecure) on it.
-func newConsole(k *storetest.Kit) *console.Console {
-	return &console.Console{Sessions: k.Sessions, Queries: k.Queries, Deliveries: k.Deliveries,
-		Integrators: k.Integrators, Registry: k.Registry, Ocorrencias: k.Ocorrencias, Consumers: k.Consumers,
-		Stats: k.Stats, Audit: k.AuditTrail, EventsChanged: k.EventsChanged, AttemptsChanged: k.AttemptsChanged,
-		Attempts: k.Store, Logger: k.Logger, Now: k.Now}
-}
+func newConsole(k *storetest.Kit) *console.Console { return console.New(k.Services, k.Ocorrencias) }
 
 // client is a browser without JavaScript: cookies kept, redirects not
 // followed, so each answer can be checked.
