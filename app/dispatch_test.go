@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"geohub/app"
 	"geohub/app/redact"
 	"geohub/store"
+	"geohub/store/storetest"
 )
 
 // outboxKit is a wired outbox on a real SQLite file: publisher, cadastro,
@@ -64,47 +64,34 @@ func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	t.Helper()
 	ctx := context.Background()
 	clock := &fakeClock{now: time.Now().UTC().Truncate(time.Millisecond)} // the store keeps milliseconds
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	logs := &logBuffer{}
+	k := storetest.New(t, storetest.Options{
+		Deps: app.Deps{Now: clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+			Policy: app.CallbackPolicy{Insecure: true}, Version: "teste", AutoDisable: app.DefaultAutoDisable},
+		Tune: func(s *app.Services) {
+			d := s.Dispatcher
+			d.Jitter = func() float64 { return 0.5 }
+			d.PerIntegrator, d.MaxInFlight, d.Timeout = 2, 8, 300*time.Millisecond
+			d.Signals.Recorded.Init()
+			d.Signals.Claimed.Init()
+			d.Signals.Circuit.Init()
+			if tune != nil {
+				tune(d)
+			}
+		},
+	})
 	types := append([]app.TypeVersion{}, testTypes...)
 	for _, aud := range []string{app.AudienciaOriginador, app.AudienciaSolicitante} {
 		types = append(types, app.TypeVersion{Tipo: "teste:" + aud, Versao: "1.0.0", Audiencia: aud,
 			Schema: json.RawMessage(`{"type":"object"}`), Redacao: redact.Rules{Manter: []string{""}}})
 	}
 	for _, tv := range types {
-		if _, _, err := reg.Register(ctx, tv); err != nil {
+		if _, _, err := k.Registry.Register(ctx, tv); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sealer, _ := app.NewSealer(make([]byte, 32))
-	policy := app.CallbackPolicy{Insecure: true}
-	ins := &app.Integrators{Store: db, Sealer: sealer, Now: clock.Now, Policy: policy}
-	logs := &logBuffer{}
-	logger := slog.New(slog.NewTextHandler(logs, nil))
-	d := &app.Dispatcher{Store: db, Integrators: ins, Policy: policy, Now: clock.Now, Logger: logger,
-		Version: "teste", Jitter: func() float64 { return 0.5 }, PerIntegrator: 2, MaxInFlight: 8,
-		AutoDisable: app.DefaultAutoDisable, Timeout: 300 * time.Millisecond}
-	d.Signals.Recorded.Init()
-	d.Signals.Claimed.Init()
-	d.Signals.Circuit.Init()
-	if tune != nil {
-		tune(d)
-	}
-	db.OnCommit(func(b []app.Appended) { d.Wake() })
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(runCtx) }()
-	stop := func() { cancel(); <-done }
-	t.Cleanup(func() { stop(); db.Close() })
-	return &outboxKit{db: db, integrators: ins, dispatcher: d, clock: clock, stop: sync.OnceFunc(stop), logs: logs,
-		deliveries: &app.Deliveries{Store: db, Dispatcher: d, Now: clock.Now},
-		pub:        &app.Publisher{Log: db, Registry: reg, Integrators: ins, RedactionKey: make([]byte, 32), Now: clock.Now}}
+	return &outboxKit{db: k.DB, integrators: k.Integrators, dispatcher: k.Dispatcher, clock: clock,
+		stop: k.Stop, logs: logs, deliveries: k.Deliveries, pub: k.Publisher}
 }
 
 // receiver is a loopback CAD endpoint that records every request and
