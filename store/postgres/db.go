@@ -256,3 +256,6 @@ func null(s string) any {
 var errNoRows = pgx.ErrNoRows
 
 func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
+
+// Every interface app owns: the graph builds on PostgreSQL as on SQLite.
+var _ app.Store = (*DB)(nil)

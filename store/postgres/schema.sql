@@ -136,6 +136,28 @@ CREATE TABLE outbox_corpo (
     corpo     BYTEA  NOT NULL
 );
 
+-- Every delivery attempt (SPEC 6.4), as SQLite's. The console's live tail
+-- follows it by "id > last seen" (AttemptsAfter), so ids must be given in
+-- commit order across replicas, as event sequences are: attempts are
+-- inserted only while the transaction holds attempt_head's row lock (see
+-- FinishDeliveries in outbox.go), which it keeps until COMMIT.
+CREATE TABLE attempt_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1)
+);
+INSERT INTO attempt_head (id) VALUES (1);
+CREATE TABLE delivery_attempt (
+    id          BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    outbox_id   BIGINT  NOT NULL REFERENCES outbox (id),
+    entrega_id  TEXT    NOT NULL,
+    tentativa   INTEGER NOT NULL,
+    inicio      BIGINT  NOT NULL,
+    duracao_ms  BIGINT  NOT NULL,
+    status_code INTEGER,
+    erro        TEXT    NOT NULL DEFAULT '',
+    resposta    TEXT    NOT NULL DEFAULT ''
+);
+CREATE INDEX delivery_attempt_outbox_idx ON delivery_attempt (outbox_id, id);
+
 -- The audit trail (SPEC 10), as SQLite's: append-only, enforced by
 -- triggers. A command's audit entry is written in its events' transaction.
 CREATE TABLE audit_log (
@@ -166,3 +188,130 @@ BEGIN
 END $$;
 CREATE TRIGGER audit_log_sem_mudanca BEFORE UPDATE OR DELETE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION audit_log_somente_inclusao();
+
+-- The registry: one row per (tipo, versao), as SQLite's. A published
+-- version never changes its schema, rules or audience; only its status
+-- moves. schema and redacao are the JSON text as registered (not jsonb,
+-- which would reorder keys).
+CREATE TABLE registry (
+    tipo       TEXT   NOT NULL,
+    versao     TEXT   NOT NULL,
+    status     TEXT   NOT NULL CHECK (status IN ('ativo', 'deprecado')),
+    audiencia  TEXT   NOT NULL CHECK (audiencia IN ('originador', 'todos', 'solicitante')),
+    schema     TEXT   NOT NULL,
+    redacao    TEXT   NOT NULL,
+    criado_em  BIGINT NOT NULL,
+    PRIMARY KEY (tipo, versao)
+);
+
+-- In-process consumer failures, as SQLite's. tipo is kept beside
+-- sequence_number so a consumer's cursor for one type is held back by its
+-- own failures only.
+CREATE TABLE dead_letter_queue (
+    id               BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_id         TEXT    NOT NULL REFERENCES event_log (event_id),
+    sequence_number  BIGINT  NOT NULL,
+    tipo             TEXT    NOT NULL,
+    colonia          TEXT    NOT NULL,
+    handler_nome     TEXT    NOT NULL,
+    mensagem_erro    TEXT    NOT NULL,
+    pilha_erro       TEXT    NOT NULL DEFAULT '',
+    tentativas       INTEGER NOT NULL DEFAULT 1,
+    ultima_tentativa BIGINT  NOT NULL,
+    status           TEXT    NOT NULL DEFAULT 'pendente'
+                     CHECK (status IN ('pendente', 'retrying', 'resolved', 'failed_permanent')),
+    criado_em        BIGINT  NOT NULL,
+    resolvido_em     BIGINT
+);
+CREATE UNIQUE INDEX dead_letter_queue_event_id_colonia_key ON dead_letter_queue (event_id, colonia);
+-- Every read of the queue but the upsert's asks for open entries (pendente
+-- or retrying), which are few: partial indexes over them only. The cursor
+-- clamp seeks the first open failure of (colonia, tipo); DLQOpen reads a
+-- colonia's in log order; DLQStats counts per colonia and lists the newest.
+CREATE INDEX dead_letter_queue_open_tipo_idx ON dead_letter_queue (colonia, tipo, sequence_number)
+    WHERE status IN ('pendente', 'retrying');
+CREATE INDEX dead_letter_queue_open_seq_idx  ON dead_letter_queue (colonia, sequence_number)
+    WHERE status IN ('pendente', 'retrying');
+CREATE INDEX dead_letter_queue_open_id_idx   ON dead_letter_queue (id)
+    WHERE status IN ('pendente', 'retrying');
+
+-- Per-consumer, per-type cursors: the last sequence handled without a
+-- pending failure before it.
+CREATE TABLE consumer_cursor (
+    colonia       TEXT   NOT NULL,
+    tipo          TEXT   NOT NULL,
+    last_sequence BIGINT NOT NULL,
+    atualizado_em BIGINT NOT NULL,
+    PRIMARY KEY (colonia, tipo)
+);
+
+-- API tokens. Only the SHA-256 of a token is stored.
+CREATE TABLE api_token (
+    id          TEXT   PRIMARY KEY,
+    nome        TEXT   NOT NULL,
+    papel       TEXT   NOT NULL CHECK (papel IN ('admin', 'operador', 'leitor', 'produtor')),
+    hash        TEXT   NOT NULL UNIQUE,
+    criado_em   BIGINT NOT NULL,
+    revogado_em BIGINT
+);
+
+-- Console operators. Passwords are bcrypt hashes. A deactivated operator
+-- keeps the account (the trail names it) and loses every session.
+CREATE TABLE operator (
+    id         TEXT    PRIMARY KEY,
+    login      TEXT    NOT NULL UNIQUE,
+    senha_hash TEXT    NOT NULL,
+    papel      TEXT    NOT NULL CHECK (papel IN ('admin', 'operador', 'leitor')),
+    criado_em  BIGINT  NOT NULL,
+    ativo      BOOLEAN NOT NULL DEFAULT true
+);
+
+-- Console sessions, shared by every replica: a login on one is a session
+-- on all. Only the SHA-256 of the cookie's secret is stored.
+CREATE TABLE operator_session (
+    hash        TEXT   PRIMARY KEY,
+    operador_id TEXT   NOT NULL REFERENCES operator (id),
+    criado_em   BIGINT NOT NULL,
+    expira_em   BIGINT NOT NULL
+);
+CREATE INDEX operator_session_expira_idx   ON operator_session (expira_em);
+CREATE INDEX operator_session_operador_idx ON operator_session (operador_id);
+
+-- The ocorrências read model (SPEC 7), as SQLite's: each row is the fold
+-- of its aggregate, keyed by the sequence of its registration, and only
+-- ever replaced by a fold that saw at least as much of the log. The filter
+-- indexes end in registrada_seq, so a filtered newest-first keyset page is
+-- a backward range of one index without a sort.
+CREATE TABLE ocorrencia (
+    registrada_seq   BIGINT  PRIMARY KEY,
+    id               TEXT    NOT NULL,
+    natureza         TEXT    NOT NULL,
+    status           TEXT    NOT NULL,
+    integrador_id    TEXT,             -- the originator; NULL when an operator registered it
+    registrada_em    BIGINT  NOT NULL, -- unix milliseconds, UTC
+    atualizada_em    BIGINT  NOT NULL,
+    versao           INTEGER NOT NULL, -- events folded
+    ultima_sequencia BIGINT  NOT NULL  -- the last of them
+);
+CREATE UNIQUE INDEX ocorrencia_id_key       ON ocorrencia (id);
+CREATE INDEX ocorrencia_status_idx          ON ocorrencia (status, registrada_seq);
+CREATE INDEX ocorrencia_natureza_idx        ON ocorrencia (natureza, registrada_seq);
+CREATE INDEX ocorrencia_integrador_idx      ON ocorrencia (integrador_id, registrada_seq);
+CREATE INDEX ocorrencia_registrada_em_idx   ON ocorrencia (registrada_em, registrada_seq);
+
+-- Each despacho of an ocorrência with its own status, in dispatch order.
+CREATE TABLE ocorrencia_despacho (
+    ocorrencia_seq BIGINT  NOT NULL REFERENCES ocorrencia (registrada_seq),
+    ordem          INTEGER NOT NULL,
+    id             TEXT    NOT NULL,
+    recurso        TEXT    NOT NULL,
+    status         TEXT    NOT NULL,
+    PRIMARY KEY (ocorrencia_seq, ordem)
+);
+
+-- The read model starts from the beginning of the log, not from its head
+-- as a new consumer would (SPEC 4.5), as SQLite's migration 9 seeds it.
+INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
+    SELECT 'ocorrencias', t.tipo, 0, (extract(epoch FROM now()) * 1000)::bigint
+    FROM (VALUES ('ocorrencia:registrada'), ('ocorrencia:despachada'),
+                 ('ocorrencia:despacho-mudou-status'), ('ocorrencia:mudou-status')) AS t (tipo);

@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"geohub/app"
+)
+
+var _ app.AuthStore = (*DB)(nil)
+
+// InsertToken implements app.AuthStore.
+func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		if _, err := tx.Exec(bg, `INSERT INTO api_token (id, nome, papel, hash, criado_em) VALUES ($1, $2, $3, $4, $5)`,
+			t.ID, t.Nome, string(t.Papel), hash, ms(t.CriadoEm)); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// TokenByHash implements app.AuthStore.
+func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
+	var t app.Token
+	var papel string
+	var criado int64
+	err := db.read.QueryRow(ctx, `SELECT id, nome, papel, criado_em FROM api_token
+		WHERE hash = $1 AND revogado_em IS NULL`, hash).Scan(&t.ID, &t.Nome, &papel, &criado)
+	if isNoRows(err) {
+		return t, app.ErrNotFound
+	}
+	t.Papel, t.CriadoEm = app.Papel(papel), fromMS(criado)
+	return t, err
+}
+
+// RevokeToken implements app.AuthStore.
+func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var nome string
+		err := tx.QueryRow(bg, `UPDATE api_token SET revogado_em = $1 WHERE id = $2 AND revogado_em IS NULL
+			RETURNING nome`, ms(at), id).Scan(&nome)
+		if isNoRows(err) {
+			return app.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if audit != nil && audit.Alvo.Nome == "" {
+			audit.Alvo.Nome = nome
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// InsertOperator implements app.AuthStore; false when the login exists.
+func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator, senhaHash string, audit *app.AuditEntry) (bool, error) {
+	var created bool
+	err := db.do(ctx, func(tx *wtx) error {
+		created = false
+		if actorID != "" {
+			if err := requireActiveAdmin(tx, actorID); err != nil {
+				return err
+			}
+		}
+		tag, err := tx.Exec(bg, `INSERT INTO operator (id, login, senha_hash, papel, criado_em)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (login) DO NOTHING`,
+			o.ID, o.Login, senhaHash, string(o.Papel), ms(o.CriadoEm))
+		if err != nil {
+			return err
+		}
+		if created = tag.RowsAffected() == 1; !created {
+			return nil
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+	return created, err
+}
+
+// OperatorByLogin implements app.AuthStore.
+func (db *DB) OperatorByLogin(ctx context.Context, login string) (app.Operator, string, error) {
+	var o app.Operator
+	var hash, papel string
+	var criado int64
+	err := db.read.QueryRow(ctx, `SELECT id, login, senha_hash, papel, criado_em, ativo FROM operator WHERE login = $1`,
+		login).Scan(&o.ID, &o.Login, &hash, &papel, &criado, &o.Ativo)
+	if isNoRows(err) {
+		return o, "", app.ErrNotFound
+	}
+	o.Papel, o.CriadoEm = app.Papel(papel), fromMS(criado)
+	return o, hash, err
+}

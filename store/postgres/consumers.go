@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"geohub/app"
+)
+
+var _ app.ConsumerStore = (*DB)(nil)
+
+// Cursors implements app.ConsumerStore.
+func (db *DB) Cursors(ctx context.Context, colonia string) (map[string]int64, error) {
+	rows, err := db.read.Query(ctx, `SELECT tipo, last_sequence FROM consumer_cursor WHERE colonia = $1`, colonia)
+	if err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var tipo string
+		var seq int64
+		if err := rows.Scan(&tipo, &seq); err != nil {
+			return nil, err
+		}
+		out[tipo] = seq
+	}
+	return out, rows.Err()
+}
+
+// SeedCursor implements app.ConsumerStore.
+func (db *DB) SeedCursor(ctx context.Context, colonia, tipo string, seq int64) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(bg, `INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (colonia, tipo) DO NOTHING`, colonia, tipo, seq, ms(db.now()))
+		return err
+	})
+}
+
+// advanceCursorSQL moves one cursor forward, clamped to just before the
+// first open failure of its colonia and tipo (one seek of
+// dead_letter_queue_open_tipo_idx), and never backwards. The row lock the
+// UPDATE takes serialises replicas advancing the same cursor; greatest
+// then compares with the value the other one committed.
+const advanceCursorSQL = `UPDATE consumer_cursor SET
+	last_sequence = greatest(last_sequence, least($3::bigint, coalesce((SELECT min(d.sequence_number) - 1
+		FROM dead_letter_queue d WHERE d.status IN ('pendente', 'retrying')
+		AND d.colonia = $1 AND d.tipo = $2), $3::bigint))),
+	atualizado_em = $4
+	WHERE colonia = $1 AND tipo = $2`
+
+// AdvanceCursors implements app.ConsumerStore. The clamp to the first open
+// failure is what keeps a cursor from passing a failed event.
+func (db *DB) AdvanceCursors(ctx context.Context, colonia string, seqs map[string]int64) error {
+	tipos := make([]string, 0, len(seqs))
+	for t := range seqs {
+		tipos = append(tipos, t)
+	}
+	sort.Strings(tipos) // one lock order for every caller
+	return db.do(ctx, func(tx *wtx) error {
+		for _, tipo := range tipos {
+			if _, err := tx.Exec(bg, advanceCursorSQL, colonia, tipo, seqs[tipo], ms(db.now())); err != nil {
+				return fmt.Errorf("advance cursor %s: %w", tipo, err)
+			}
+		}
+		return nil
+	})
+}
+
+// recordFailureSQL is SQLite's upsert: in SET, d names the stored row
+// (before this update) and excluded the proposed one.
+const recordFailureSQL = `INSERT INTO dead_letter_queue AS d (event_id, sequence_number, tipo, colonia,
+		handler_nome, mensagem_erro, pilha_erro, tentativas, ultima_tentativa, status, criado_em)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, 'pendente', $9)
+	ON CONFLICT (event_id, colonia) DO UPDATE SET
+		mensagem_erro = excluded.mensagem_erro, pilha_erro = excluded.pilha_erro,
+		tentativas = d.tentativas + 1, ultima_tentativa = excluded.ultima_tentativa,
+		status = CASE WHEN d.status = 'failed_permanent' OR d.tentativas + 1 >= $10 THEN 'failed_permanent'
+			ELSE 'pendente' END,
+		resolvido_em = CASE WHEN d.status = 'failed_permanent' THEN d.resolvido_em
+			WHEN d.tentativas + 1 >= $10 THEN excluded.ultima_tentativa END`
+
+// RecordFailure implements app.ConsumerStore.
+func (db *DB) RecordFailure(ctx context.Context, e app.DLQEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(bg, recordFailureSQL, e.EventID, e.Sequence, e.Tipo, e.Colonia, e.HandlerNome,
+			e.MensagemErro, e.PilhaErro, ms(e.UltimaTentativa), ms(e.CriadoEm), app.MaxDLQAttempts)
+		return err
+	})
+}
+
+// SetDLQStatus implements app.ConsumerStore.
+func (db *DB) SetDLQStatus(ctx context.Context, eventID, colonia, status string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var resolved *int64
+		if status == app.DLQResolved || status == app.DLQFailedPermanent {
+			v := ms(db.now())
+			resolved = &v
+		}
+		tag, err := tx.Exec(bg, `UPDATE dead_letter_queue SET status = $1, resolvido_em = $2
+			WHERE event_id = $3 AND colonia = $4`, status, resolved, eventID, colonia)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return app.ErrNotFound
+		}
+		return nil
+	})
+}
+
+const dlqColumns = `id, event_id, sequence_number, tipo, colonia, handler_nome, mensagem_erro, pilha_erro,
+	tentativas, ultima_tentativa, status, criado_em, resolvido_em`
+
+func scanDLQ(rows pgx.Rows) ([]app.DLQEntry, error) {
+	defer rows.Close()
+	out := []app.DLQEntry{}
+	for rows.Next() {
+		var e app.DLQEntry
+		var ultima, criado int64
+		var resolvido *int64
+		if err := rows.Scan(&e.ID, &e.EventID, &e.Sequence, &e.Tipo, &e.Colonia, &e.HandlerNome, &e.MensagemErro,
+			&e.PilhaErro, &e.Tentativas, &ultima, &e.Status, &criado, &resolvido); err != nil {
+			return nil, err
+		}
+		e.UltimaTentativa, e.CriadoEm = fromMS(ultima), fromMS(criado)
+		if resolvido != nil {
+			t := fromMS(*resolvido)
+			e.ResolvidoEm = &t
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// DLQOpen implements app.ConsumerStore: pendente and retrying entries of a
+// colonia, oldest event first.
+func (db *DB) DLQOpen(ctx context.Context, colonia string, limit int) ([]app.DLQEntry, error) {
+	rows, err := db.read.Query(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') AND colonia = $1 ORDER BY sequence_number LIMIT $2`, colonia, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read DLQ: %w", err)
+	}
+	return scanDLQ(rows)
+}
+
+// DLQStats implements app.ConsumerStore and app.StatsStore.
+func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
+	st := app.DLQStats{PendentesPorColonia: map[string]int{}}
+	rows, err := db.read.Query(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') GROUP BY colonia`)
+	if err != nil {
+		return st, fmt.Errorf("DLQ stats: %w", err)
+	}
+	for rows.Next() {
+		var colonia string
+		var n int
+		if err := rows.Scan(&colonia, &n); err != nil {
+			rows.Close()
+			return st, err
+		}
+		st.PendentesPorColonia[colonia] = n
+		st.TotalPendentes += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return st, err
+	}
+	entries, err := db.read.Query(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+		WHERE status IN ('pendente', 'retrying') ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return st, err
+	}
+	st.Entradas, err = scanDLQ(entries)
+	return st, err
+}

@@ -1,0 +1,677 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"geohub/app"
+)
+
+// The outbox's delivery side (SPEC 6.4) on PostgreSQL: claims, outcomes,
+// leases and the reaper, purges, resends and the operator's reads, with the
+// same meanings as package store's SQLite (store/outbox.go). The rows are
+// written by Append (events.go).
+//
+// OutboxStore's AuditLog (AppendAudit) is the audit trail's, not this
+// file's; once it is there, *DB is an app.OutboxStore.
+var _ app.AttemptLog = (*DB)(nil)
+
+const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado`
+
+// corpoColumn reads a delivery's body beside its row: NULL once purged.
+const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
+
+func scanDelivery(row pgx.Row, withBody bool) (app.Delivery, error) {
+	var d app.Delivery
+	var proxima, criado int64
+	var ultimo, entregue *int64
+	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado}
+	if withBody {
+		dest = append(dest, &d.Corpo)
+	}
+	if err := row.Scan(dest...); err != nil {
+		if isNoRows(err) {
+			return d, app.ErrNotFound
+		}
+		return d, err
+	}
+	d.ProximaTentativa, d.CriadoEm = fromMS(proxima), fromMS(criado)
+	if ultimo != nil {
+		d.UltimoStatus = int(*ultimo)
+	}
+	if entregue != nil {
+		t := fromMS(*entregue)
+		d.EntregueEm = &t
+	}
+	return d, nil
+}
+
+// claimable is SPEC 6.4's rule for a pending, due row o, as SQLite's
+// claimSQL has it: no row of its (integrator, aggregate) is processando,
+// and no earlier row of it is pendente and either due or still without its
+// first attempt (since its last resend). $2 is now. Both checks are seeks
+// in the partial indexes of live rows (outbox_inflight_idx,
+// outbox_waiting_idx), so a long delivered history costs nothing.
+const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
+		AND NOT EXISTS (SELECT 1 FROM outbox AS f
+			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando')
+		AND NOT EXISTS (SELECT 1 FROM outbox AS e
+			WHERE e.integrador_id = o.integrador_id AND e.agregado = o.agregado AND e.status = 'pendente'
+			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= $2 OR e.tentativas = e.tentativas_antes))`
+
+// A claim keeps each (integrator, aggregate) in order across replicas
+// (SPEC 6.4 and 12): at most one row of it in flight, the lowest pending
+// sequence first, never row n+1 while n is processando. The rule above
+// says which row may go; what makes it hold across replicas is that the
+// claims of one (integrator, aggregate) are serialised, and that each one
+// checks the rule on a snapshot taken after the previous one committed.
+//
+// FOR UPDATE SKIP LOCKED alone does not give that. Under READ COMMITTED a
+// claim's statement reads the snapshot of its start: replica B can read
+// row n as failed and not yet due (so n+1 may go), while replica A, whose
+// clock has reached n's retry time (or after an operator's "Tentar agora"),
+// claims n; B then locks n+1, which nobody holds, and both are in flight.
+// Row locks only stop two claims of the same row.
+//
+// So a claim runs in two statements, inside the writer's transaction:
+//
+//  1. claimCandidatesSQL picks up to N rows that the rule allows on its
+//     snapshot, one per aggregate at most (the rule allows only the lowest
+//     claimable row of an aggregate), and takes for each a transaction
+//     advisory lock on (hashtext(integrator), hashtext(aggregate)) with
+//     pg_try_advisory_xact_lock: an aggregate that another replica is
+//     claiming right now (its transaction holds the lock) is skipped, as
+//     SKIP LOCKED skips a row, and retried at the next round. The lock is
+//     held until this transaction commits or rolls back; PostgreSQL makes
+//     a commit visible before it releases the locks.
+//  2. claimSQL, a new statement with a new snapshot, hence one that sees
+//     every claim committed by an earlier holder of these locks, checks
+//     the rule again for the locked candidates only and leases those that
+//     still pass, with FOR UPDATE SKIP LOCKED against the other writers of
+//     a pending row (a resend, a "Tentar agora").
+//
+// Only claims turn a row processando, and every claim of an aggregate
+// holds its lock from before its check until its commit: no two claims of
+// one aggregate overlap, and each sees the previous one's outcome. A
+// snapshot older than a finish or a reap can only see a row still
+// processando, which holds the aggregate back (safe, and undone at the
+// next round). A hash collision only makes two aggregates take turns.
+//
+// Why not lock a row per aggregate? outbox_sequence would be the natural
+// one, but appends upsert it while holding log_head's lock, and a claim
+// transaction takes log_head later in its group commit (appends run last):
+// a claim holding outbox_sequence's lock and waiting for log_head, and an
+// append holding log_head and waiting for that row, would deadlock. The
+// try-lock never waits, so it adds no edge to the lock graph. Locks on
+// outbox rows themselves would not do either: the row to guard (n+1) is
+// not the row whose state changed (n). It is a transaction lock, not a
+// session lock, so a pooler in transaction mode cannot leave it held.
+//
+// The candidates are the oldest due first (outbox_due_idx), as SQLite's,
+// and the lease is returned in that order.
+const (
+	claimCandidatesSQL = `WITH c AS MATERIALIZED (
+			SELECT o.id, o.agregado, o.proxima_tentativa FROM outbox AS o
+			WHERE o.integrador_id = $1 AND ` + claimable + `
+			ORDER BY o.proxima_tentativa, o.id LIMIT $3)
+		SELECT id FROM c WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.agregado))
+		ORDER BY proxima_tentativa, id`
+	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = $3, worker = $4
+		WHERE id IN (SELECT o.id FROM outbox AS o
+			WHERE o.id = ANY($1) AND ` + claimable + `
+			FOR UPDATE OF o SKIP LOCKED)
+		RETURNING ` + deliveryColumns + `, ` + corpoColumn
+)
+
+// ClaimDeliveries implements app.OutboxStore: per integrator in quotas, up
+// to N rows, one writer operation (see claimSQL for the order across
+// replicas).
+func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration,
+	quotas []app.Quota) ([]app.Delivery, error) {
+	var out []app.Delivery
+	err := db.do(ctx, func(tx *wtx) error {
+		var err error
+		out, err = tx.claim(worker, now, lease, quotas)
+		return err
+	})
+	if err != nil {
+		return nil, err // the claim ran, but its commit failed: the rows are not leased
+	}
+	return out, nil
+}
+
+func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas []app.Quota) ([]app.Delivery, error) {
+	var out []app.Delivery
+	for _, q := range quotas {
+		if q.N <= 0 {
+			continue
+		}
+		rows, err := tx.Query(bg, claimCandidatesSQL, q.Integrador, ms(now), q.N)
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rows, err = tx.Query(bg, claimSQL, ids, ms(now), ms(now.Add(lease)), worker)
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Delivery, error) { return scanDelivery(r, true) })
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		// RETURNING's order is the table's: put them back in the
+		// candidates' (oldest due first).
+		pos := make(map[int64]int, len(ids))
+		for i, id := range ids {
+			pos[id] = i
+		}
+		slices.SortFunc(got, func(a, b app.Delivery) int { return pos[a.ID] - pos[b.ID] })
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+const (
+	finishSQL = `UPDATE outbox SET status = $1, tentativas = tentativas + 1,
+				proxima_tentativa = $2, lease_ate = NULL, worker = NULL, ultimo_status = $3, ultimo_erro = $4,
+				entregue_em = $5, falhou_em = $6 WHERE id = $7 AND worker = $8 AND status = 'processando'`
+	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, lease_ate = NULL, worker = NULL
+				WHERE id = $2 AND worker = $3 AND status = 'processando'`
+	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
+				duracao_ms, status_code, erro, resposta) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	// failingSQL is one integrator's failing period after a batch: cleared
+	// ($2) means a success in it ended the period, which then restarts at
+	// the first failure after the last success ($3, NULL for none) and
+	// moves ultimo_sucesso_em to $4; otherwise the period starts at $3
+	// unless it had started already.
+	failingSQL = `UPDATE integrator SET
+				falhando_desde = CASE WHEN $2::boolean THEN $3::bigint ELSE coalesce(falhando_desde, $3::bigint) END,
+				ultimo_sucesso_em = CASE WHEN $2::boolean THEN greatest(coalesce(ultimo_sucesso_em, 0), $4::bigint)
+					ELSE ultimo_sucesso_em END
+				WHERE id = $1 RETURNING falhando_desde`
+)
+
+// FinishDeliveries implements app.OutboxStore: one transaction for a batch
+// of outcomes, then the next claim. A row whose lease this worker lost (the
+// reaper gave it to another) is left alone, but its attempt is still
+// recorded. A deferred row goes back to pendente with no attempt.
+//
+// The attempts are inserted under attempt_head's row lock, kept until
+// COMMIT, so their ids are given in commit order across replicas (the
+// live tail follows them by id, see AttemptsAfter). The lock is taken after
+// the batch's own rows are updated and before the integrators', and the
+// integrators are updated once each, in id order, which keeps two
+// replicas' batches from waiting on each other in opposite orders.
+func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult, worker string, now time.Time,
+	lease time.Duration, quotas []app.Quota) (map[string]time.Time, []app.Delivery, error) {
+	failing := map[string]time.Time{}
+	var claimed []app.Delivery
+	err := db.do(ctx, func(tx *wtx) error {
+		clear(failing)
+		attempts := 0
+		for _, r := range results {
+			if r.Deferred {
+				if _, err := tx.Exec(bg, deferSQL, ms(r.Proxima), r.ID, r.Worker); err != nil {
+					return fmt.Errorf("defer delivery %d: %w", r.ID, err)
+				}
+				continue
+			}
+			attempts++
+			var entregue, falhou any // when it was delivered, or dead-lettered
+			end := ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
+			switch r.Status {
+			case app.EntregaEntregue:
+				entregue = end
+			case app.EntregaFalhou:
+				falhou = end
+			}
+			if _, err := tx.Exec(bg, finishSQL, r.Status, ms(r.Proxima), statusCode(r.Attempt), r.UltimoErr,
+				entregue, falhou, r.ID, r.Worker); err != nil {
+				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
+			}
+		}
+		if attempts > 0 {
+			if _, err := tx.Exec(bg, `SELECT id FROM attempt_head WHERE id = 1 FOR UPDATE`); err != nil {
+				return fmt.Errorf("lock attempt head: %w", err)
+			}
+			b := &pgx.Batch{}
+			for _, r := range results {
+				if r.Deferred {
+					continue
+				}
+				a := r.Attempt
+				b.Queue(insertAttemptSQL, r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, statusCode(a),
+					a.Erro, a.Resposta)
+			}
+			if err := tx.SendBatch(bg, b).Close(); err != nil {
+				return fmt.Errorf("record attempts: %w", err)
+			}
+		}
+		// Each integrator's failing period, as SQLite's store leaves it
+		// after applying the results one by one: a success clears it, the
+		// next failure starts it again.
+		type period struct {
+			cleared bool
+			since   *int64 // first failure since the last success in the batch
+			lastOK  int64  // the latest success in the batch
+			failed  bool   // some attempt of the batch failed
+			failing bool   // and the batch ended on a failure
+		}
+		periods := map[string]*period{}
+		lastOK := map[string]int64{}
+		for _, r := range results {
+			if !r.Deferred && r.Status == app.EntregaEntregue {
+				lastOK[r.Integrador] = max(lastOK[r.Integrador], ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)))
+			}
+		}
+		for _, r := range results {
+			if r.Deferred || r.Unsent {
+				continue // says nothing of the receiver
+			}
+			p := periods[r.Integrador]
+			if p == nil {
+				p = &period{}
+				periods[r.Integrador] = p
+			}
+			if !r.Falha {
+				p.cleared, p.since, p.failing, p.lastOK = true, nil, false, lastOK[r.Integrador]
+				continue
+			}
+			if p.since == nil {
+				t := ms(r.Attempt.Inicio)
+				p.since = &t
+			}
+			p.failed, p.failing = true, true
+		}
+		ids := make([]string, 0, len(periods))
+		for id := range periods {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			p := periods[id]
+			var since *int64
+			err := tx.QueryRow(bg, failingSQL, id, p.cleared, p.since, p.lastOK).Scan(&since)
+			if isNoRows(err) && !p.failed {
+				err = nil // as SQLite's, clearing an unknown integrator's period is no error
+			}
+			if err != nil {
+				return fmt.Errorf("record failing period: %w", err)
+			}
+			if p.failing && since != nil {
+				failing[id] = fromMS(*since)
+			}
+		}
+		var err error
+		claimed, err = tx.claim(worker, now, lease, quotas)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err // nothing of it was committed
+	}
+	return failing, claimed, nil
+}
+
+func statusCode(a app.Attempt) any {
+	if a.StatusCode != 0 {
+		return a.StatusCode
+	}
+	return nil
+}
+
+// ReapDeliveries implements app.OutboxStore.
+func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(bg, `UPDATE outbox SET
+				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
+				status = CASE WHEN quedas + 1 >= $1::integer THEN 'falhou' ELSE 'pendente' END,
+				ultimo_erro = CASE WHEN quedas + 1 >= $1::integer
+					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
+					ELSE ultimo_erro END,
+				falhou_em = CASE WHEN quedas + 1 >= $1::integer THEN $2::bigint END
+			WHERE status = 'processando' AND lease_ate < $2::bigint`, maxQuedas, ms(now))
+		if err != nil {
+			return fmt.Errorf("reap deliveries: %w", err)
+		}
+		n = tag.RowsAffected()
+		return nil
+	})
+	return int(n), err
+}
+
+// ReleaseDeliveries implements app.OutboxStore: on shutdown, this worker's
+// leases go back to pendente at once instead of waiting to expire.
+func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(bg, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+			WHERE status = 'processando' AND worker = $1`, worker)
+		return err
+	})
+}
+
+// Purges walk the partial indexes of the rows that still keep a body
+// (outbox_purge_idx for delivered rows, outbox_falhou_idx for dead
+// letters): the planner picks them for these predicates without a hint.
+const (
+	purgeBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
+			WHERE status = 'entregue' AND NOT expurgado AND entregue_em < $1 RETURNING id),
+		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
+		SELECT count(*) FROM p`
+	purgeDeadBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
+			WHERE status = 'falhou' AND NOT expurgado AND falhou_em < $1 RETURNING id),
+		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
+		SELECT count(*) FROM p`
+)
+
+// PurgeDelivered implements app.OutboxStore.
+func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error) {
+	return db.purge(ctx, purgeBodiesSQL, before)
+}
+
+// PurgeDeadLetters implements app.OutboxStore: dead letters keep their body
+// for a retention of their own, counted from falhou_em.
+func (db *DB) PurgeDeadLetters(ctx context.Context, before time.Time) (int, error) {
+	return db.purge(ctx, purgeDeadBodiesSQL, before)
+}
+
+func (db *DB) purge(ctx context.Context, q string, before time.Time) (int, error) {
+	var n int
+	err := db.do(ctx, func(tx *wtx) error {
+		return tx.QueryRow(bg, q, ms(before)).Scan(&n)
+	})
+	return n, err
+}
+
+// NextDue implements app.OutboxStore: one min over outbox_due_idx per
+// integrator, in one statement.
+func (db *DB) NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error) {
+	if len(integrators) == 0 {
+		return time.Time{}, false, nil
+	}
+	var next *int64
+	if err := db.read.QueryRow(ctx, `SELECT min(n) FROM unnest($1::text[]) AS i(id),
+		LATERAL (SELECT min(proxima_tentativa) AS n FROM outbox
+			WHERE integrador_id = i.id AND status = 'pendente' AND proxima_tentativa > $2) AS m`,
+		integrators, ms(after)).Scan(&next); err != nil {
+		return time.Time{}, false, err
+	}
+	if next == nil {
+		return time.Time{}, false, nil
+	}
+	return fromMS(*next), true, nil
+}
+
+// Deliveries implements app.OutboxStore.
+func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Delivery, int, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, cond+" $"+strconv.Itoa(len(args)))
+	}
+	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
+		{"tipo", f.Tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
+		if c.v != "" {
+			add(c.col+" =", c.v)
+		}
+	}
+	if f.IDInicio > 0 {
+		add("id >=", f.IDInicio)
+	}
+	if f.IDFim > 0 {
+		add("id <=", f.IDFim)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	var total int
+	if err := db.read.QueryRow(ctx, "SELECT count(*) FROM outbox"+cond, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count deliveries: %w", err)
+	}
+	order := " ORDER BY id"
+	if f.Desc {
+		order += " DESC"
+	}
+	n := len(args)
+	rows, err := db.read.Query(ctx, "SELECT "+deliveryColumns+" FROM outbox"+cond+order+
+		" LIMIT $"+strconv.Itoa(n+1)+" OFFSET $"+strconv.Itoa(n+2), append(args, f.Limite, f.Deslocamento)...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("query deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Delivery, error) { return scanDelivery(r, false) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("query deliveries: %w", err)
+	}
+	if out == nil {
+		out = []app.Delivery{}
+	}
+	return out, total, nil
+}
+
+// Delivery implements app.OutboxStore.
+func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attempt, error) {
+	d, err := scanDelivery(db.read.QueryRow(ctx, "SELECT "+deliveryColumns+", "+corpoColumn+" FROM outbox WHERE id = $1", id), true)
+	if err != nil {
+		return d, nil, err
+	}
+	rows, err := db.read.Query(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta
+		FROM delivery_attempt WHERE outbox_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return d, nil, err
+	}
+	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Attempt, error) {
+		var a app.Attempt
+		var inicio int64
+		var code *int64
+		if err := r.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta); err != nil {
+			return a, err
+		}
+		a.Inicio = fromMS(inicio)
+		if code != nil {
+			a.StatusCode = int(*code)
+		}
+		return a, nil
+	})
+	if attempts == nil {
+		attempts = []app.Attempt{}
+	}
+	return d, attempts, err
+}
+
+// Resend implements app.OutboxStore: a dead letter goes back to pendente
+// with its body and sequence; a purged body cannot be resent. The row is
+// locked while it is checked, so that two replicas resending it, or a
+// purge meanwhile, cannot both act on what they read.
+func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		var status string
+		var purged bool
+		err := tx.QueryRow(bg, `SELECT status, expurgado FROM outbox WHERE id = $1 FOR UPDATE`, id).Scan(&status, &purged)
+		if isNoRows(err) {
+			return app.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if status != app.EntregaFalhou {
+			return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
+		}
+		if purged {
+			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
+		}
+		if _, err = tx.Exec(bg, `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, tentativas_antes = tentativas,
+			quedas = 0, falhou_em = NULL WHERE id = $2`, ms(now), id); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// Bulk resend reads one integrator's dead letters in outbox_mortas_idx:
+// those with their body go back in line, the purged ones are counted.
+const (
+	resendAllSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1,
+			tentativas_antes = tentativas, quedas = 0, falhou_em = NULL
+			WHERE integrador_id = $2 AND status = 'falhou' AND NOT expurgado`
+	countPurgedDeadSQL = `SELECT count(*) FROM outbox
+			WHERE integrador_id = $1 AND status = 'falhou' AND expurgado`
+)
+
+// ResendAll implements app.OutboxStore: only dead letters are resent.
+func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, int, error) {
+	if status != app.EntregaFalhou {
+		return 0, 0, app.Errorf(app.EInvalid, "só entregas falhou podem ser reenviadas")
+	}
+	var n, purged int64
+	err := db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(bg, resendAllSQL, ms(now), integrador)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		if err := tx.QueryRow(bg, countPurgedDeadSQL, integrador).Scan(&purged); err != nil {
+			return err
+		}
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), int(purged), err
+}
+
+// DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
+// not yet due.
+func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *app.AuditEntry) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		if id > 0 {
+			var status string
+			err := tx.QueryRow(bg, `SELECT status FROM outbox WHERE id = $1 AND integrador_id = $2`, id, integrador).Scan(&status)
+			if isNoRows(err) {
+				return app.ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			switch status {
+			case app.EntregaPendente:
+			case app.EntregaFalhou:
+				return app.Errorf(app.EConflict, "esta entrega falhou: use Reenviar para pô-la de volta na fila")
+			case app.EntregaProcessando:
+				return app.Errorf(app.EConflict, "esta entrega está sendo enviada agora")
+			default:
+				return app.Errorf(app.EConflict, "esta entrega já foi entregue")
+			}
+		}
+		q := `UPDATE outbox SET proxima_tentativa = $1 WHERE integrador_id = $2 AND status = 'pendente'
+			AND proxima_tentativa > $1`
+		args := []any{ms(now), integrador}
+		if id > 0 {
+			q += ` AND id = $3`
+			args = append(args, id)
+		}
+		tag, err := tx.Exec(bg, q, args...)
+		if err != nil {
+			return fmt.Errorf("make deliveries due: %w", err)
+		}
+		n = tag.RowsAffected()
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), err
+}
+
+// OutboxBacklog counts deliveries not yet finished (pendente or processando).
+func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.read.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status IN ('pendente', 'processando')`).Scan(&n)
+	return n, err
+}
+
+// attemptsAfterSQL walks delivery_attempt in id order from the cursor and
+// joins each attempt to its delivery; the upper bound ($2) is the highest
+// id when the read began, see AttemptsAfter.
+const attemptsAfterSQL = `SELECT a.id, a.entrega_id, a.tentativa, a.inicio, a.duracao_ms, a.status_code, a.erro,
+		o.id, o.event_id, o.integrador_id, o.tipo, o.agregado, o.sequencia, o.status, o.tentativas, o.proxima_tentativa
+	FROM delivery_attempt a JOIN outbox o ON o.id = a.outbox_id
+	WHERE a.id > $1 AND a.id <= $2`
+
+// AttemptsAfter implements app.AttemptLog, as SQLite's: it reads the
+// highest attempt id, then the matching attempts up to it. When fewer than
+// limit match, every attempt up to that id was examined, so the cursor
+// moves past it even if the last ones did not match. That holds across
+// replicas because attempt ids are given in commit order (see
+// FinishDeliveries): once the highest id is visible, so is every lower one.
+func (db *DB) AttemptsAfter(ctx context.Context, after int64, f app.AttemptFilter, limit int) ([]app.RecordedAttempt, int64, error) {
+	top, err := db.MaxAttemptID(ctx)
+	if err != nil {
+		return nil, after, err
+	}
+	if top <= after {
+		return nil, after, nil
+	}
+	q := attemptsAfterSQL
+	args := []any{after, top}
+	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", f.Tipo}, {"o.agregado", f.Agregado}} {
+		if c.v != "" {
+			args = append(args, c.v)
+			q += fmt.Sprintf(" AND %s = $%d", c.col, len(args))
+		}
+	}
+	args = append(args, limit)
+	q += fmt.Sprintf(" ORDER BY a.id LIMIT $%d", len(args))
+	rows, err := db.read.Query(ctx, q, args...)
+	if err != nil {
+		return nil, after, fmt.Errorf("tail delivery attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.RecordedAttempt, error) {
+		var r app.RecordedAttempt
+		var inicio, proxima int64
+		var code *int64
+		d := &r.Delivery
+		if err := row.Scan(&r.ID, &r.Attempt.EntregaID, &r.Attempt.Tentativa, &inicio, &r.Attempt.DuracaoMS, &code,
+			&r.Attempt.Erro, &d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status,
+			&d.Tentativas, &proxima); err != nil {
+			return r, err
+		}
+		r.Attempt.Inicio = fromMS(inicio)
+		if code != nil {
+			r.Attempt.StatusCode = int(*code)
+		}
+		d.ProximaTentativa = fromMS(proxima)
+		return r, nil
+	})
+	if err != nil {
+		return nil, after, fmt.Errorf("tail delivery attempts: %w", err)
+	}
+	if out == nil {
+		out = []app.RecordedAttempt{}
+	}
+	next := top
+	if len(out) == limit {
+		next = out[len(out)-1].ID
+	}
+	return out, next, nil
+}
+
+// MaxAttemptID implements app.AttemptLog.
+func (db *DB) MaxAttemptID(ctx context.Context) (int64, error) {
+	var n *int64
+	if err := db.read.QueryRow(ctx, "SELECT max(id) FROM delivery_attempt").Scan(&n); err != nil || n == nil {
+		return 0, err
+	}
+	return *n, nil
+}

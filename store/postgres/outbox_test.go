@@ -1,0 +1,30 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"geohub/store/storetest"
+)
+
+// The outbox's delivery side, the integrators and the attempts' tail, as
+// every backend runs them (storetest).
+func TestOutboxConformance(t *testing.T) {
+	storetest.OutboxConformance(t, func(t *testing.T) storetest.OutboxUnderTest {
+		url := freshDatabase(t)
+		db := open(t, url)
+		c := raw(t, url)
+		return storetest.OutboxUnderTest{DB: db, Audits: func(t *testing.T) []string {
+			rows, err := c.Query(t.Context(), `SELECT acao FROM audit_log ORDER BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}}
+	})
+}

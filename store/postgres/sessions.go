@@ -1,0 +1,218 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"geohub/app"
+)
+
+var _ app.SessionStore = (*DB)(nil)
+
+// InsertSession implements app.SessionStore. Sessions live in the
+// database, so every replica behind the load balancer knows them.
+func (db *DB) InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		// Expired sessions go with each login: no sweeper needed.
+		if _, err := tx.Exec(bg, `DELETE FROM operator_session WHERE expira_em <= $1`, ms(criado)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(bg, `INSERT INTO operator_session (hash, operador_id, criado_em, expira_em)
+			VALUES ($1, $2, $3, $4)`, hash, operadorID, ms(criado), ms(expira)); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// SessionOperator implements app.SessionStore: the operator of a live session.
+func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (app.Operator, error) {
+	var o app.Operator
+	var papel string
+	var criado int64
+	// ativo is checked here too, not only by deleting the sessions on
+	// deactivation: a login racing the deactivation must not outlive it.
+	err := db.read.QueryRow(ctx, `SELECT o.id, o.login, o.papel, o.criado_em, o.ativo
+		FROM operator_session s JOIN operator o ON o.id = s.operador_id
+		WHERE s.hash = $1 AND s.expira_em > $2 AND o.ativo`, hash, ms(now)).Scan(&o.ID, &o.Login, &papel, &criado, &o.Ativo)
+	if isNoRows(err) {
+		return o, app.ErrNotFound
+	}
+	o.Papel, o.CriadoEm = app.Papel(papel), fromMS(criado)
+	return o, err
+}
+
+// DeleteSession implements app.SessionStore.
+func (db *DB) DeleteSession(ctx context.Context, hash string, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(bg, `DELETE FROM operator_session WHERE hash = $1`, hash)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // gone already (expired, or ended elsewhere): nothing to record
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// SetOperatorPassword implements app.SessionStore. It ends the operator's
+// other sessions in the same transaction: a changed password locks out
+// whoever knew the old one.
+func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string, audit *app.AuditEntry) error {
+	return db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(bg, `UPDATE operator SET senha_hash = $1 WHERE id = $2`, senhaHash, operadorID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return app.ErrNotFound
+		}
+		if _, err = tx.Exec(bg, `DELETE FROM operator_session WHERE operador_id = $1 AND hash <> $2`,
+			operadorID, keepSession); err != nil {
+			return err
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// ResetOperatorPassword implements app.SessionStore: a new password and no
+// session left.
+func (db *DB) ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string, audit *app.AuditEntry) error {
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET senha_hash = $1 WHERE id = $2`,
+		senhaHash, true, audit, "")
+}
+
+// Operators implements app.SessionStore.
+func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
+	rows, err := db.read.Query(ctx, `SELECT id, login, papel, criado_em, ativo FROM operator ORDER BY login`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []app.Operator
+	for rows.Next() {
+		var o app.Operator
+		var papel string
+		var criado int64
+		if err := rows.Scan(&o.ID, &o.Login, &papel, &criado, &o.Ativo); err != nil {
+			return nil, err
+		}
+		o.Papel, o.CriadoEm = app.Papel(papel), fromMS(criado)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// SetOperatorActive implements app.SessionStore. The account's sessions go
+// either way, so a login that raced a deactivation cannot come back with a
+// later reactivation.
+func (db *DB) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool, audit *app.AuditEntry) error {
+	if actorID == "" {
+		return errNoActor
+	}
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET ativo = $1 WHERE id = $2`,
+		ativo, true, audit, "ativo")
+}
+
+// SetOperatorRole implements app.SessionStore. Sessions stay: each request
+// reads the role afresh.
+func (db *DB) SetOperatorRole(ctx context.Context, actorID, operadorID string, papel app.Papel, audit *app.AuditEntry) error {
+	if actorID == "" {
+		return errNoActor
+	}
+	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET papel = $1 WHERE id = $2`,
+		string(papel), false, audit, "papel")
+}
+
+// changeOperator is one admin change to an account, in one transaction:
+// the actor check (none for actorID "", the server's own operator), the
+// update (one value, then the account's id), ErrNotFound for an unknown
+// account, the end of its sessions when endSessions, and the audit entry,
+// which gets the account's login and, when column names the changed one
+// (ativo or papel), the value it had.
+func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update string, value any, endSessions bool,
+	audit *app.AuditEntry, column string) error {
+	return db.do(ctx, func(tx *wtx) error {
+		if err := lockAccounts(tx); err != nil {
+			return err
+		}
+		if actorID != "" {
+			if err := requireActiveAdmin(tx, actorID); err != nil {
+				return err
+			}
+		}
+		if audit != nil {
+			var login, papel string
+			var ativo bool
+			err := tx.QueryRow(bg, `SELECT login, papel, ativo FROM operator WHERE id = $1`, operadorID).Scan(&login, &papel, &ativo)
+			if isNoRows(err) {
+				return app.ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			audit.Alvo.Nome = login
+			switch column {
+			case "ativo":
+				audit.SetOld("ativo", ativo)
+			case "papel":
+				audit.SetOld("papel", papel)
+			}
+		}
+		tag, err := tx.Exec(bg, update, value, operadorID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return app.ErrNotFound
+		}
+		if endSessions {
+			if _, err := tx.Exec(bg, `DELETE FROM operator_session WHERE operador_id = $1`, operadorID); err != nil {
+				return err
+			}
+		}
+		return tx.audit(audit, ms(db.now()))
+	})
+}
+
+// errNoActor: deactivations and role changes are an admin's, never the
+// server's own (which has no account to keep active).
+var errNoActor = app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
+
+// accountsLock is the key of the transaction-scoped advisory lock that
+// serialises changes to the accounts across replicas (see lockAccounts).
+const accountsLock = 0x67656f6f7065 // "geoope"
+
+// lockAccounts serialises the changes to operator accounts across
+// replicas, until the transaction ends. In SQLite the one writer does that;
+// here two replicas could otherwise each see the other admin still active
+// (READ COMMITTED reads what committed before each statement), and two
+// admins deactivating or demoting each other at once would both succeed
+// and leave nobody to undo it. A transaction lock ends with the group
+// commit, so a connection pooler in transaction mode cannot leave it held,
+// and the writer takes it before log_head's (operations that give no
+// sequence run first), always in that order, so the two cannot deadlock.
+// Account changes are rare: the wait is nothing.
+func lockAccounts(tx *wtx) error {
+	_, err := tx.Exec(bg, `SELECT pg_advisory_xact_lock($1)`, int64(accountsLock))
+	return err
+}
+
+// requireActiveAdmin refuses a change to the accounts unless actorID is
+// still an active admin inside the transaction that makes it, which holds
+// lockAccounts: no other replica changes an account meanwhile.
+func requireActiveAdmin(tx *wtx, actorID string) error {
+	if err := lockAccounts(tx); err != nil {
+		return err
+	}
+	var admins int
+	if err := tx.QueryRow(bg, `SELECT count(*) FROM operator WHERE id = $1 AND ativo AND papel = 'admin'`,
+		actorID).Scan(&admins); err != nil {
+		return err
+	}
+	if admins == 0 {
+		return app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
+	}
+	return nil
+}
