@@ -155,9 +155,14 @@ var asciiHomoglyphs = func() map[rune]rune {
 // separators, variation selectors and the other default-ignorable code
 // points (Hangul fillers, U+034F).
 func invisible(r rune) bool {
-	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Zl, unicode.Zp,
-		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+	if r < utf8.RuneSelf {
+		return r < ' ' || r == 0x7f // the only ASCII in those tables: every publish's agregado and origem pass here
+	}
+	return unicode.In(r, invisibleTables...)
 }
+
+var invisibleTables = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Co, unicode.Zl, unicode.Zp,
+	unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point}
 
 // checkIdentifier is the character rule of agregado and origem, for every
 // publish, the plugins' included: an identifier a person reads on the
@@ -173,7 +178,7 @@ func checkIdentifier(path, s string) *Detail {
 		switch {
 		case invisible(r):
 			return &Detail{path, fmt.Sprintf("caractere invisível ou de controle U+%04X no caractere %d: use só caracteres visíveis", r, i)}
-		case unicode.Is(unicode.Zs, r) && r != ' ':
+		case r >= utf8.RuneSelf && unicode.Is(unicode.Zs, r):
 			return &Detail{path, fmt.Sprintf("espaço especial U+%04X no caractere %d: use o espaço comum ou nenhum", r, i)}
 		}
 	}

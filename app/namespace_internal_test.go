@@ -5,11 +5,18 @@ import (
 	"unicode"
 )
 
-// skeleton's ASCII fast path applies the same rules as its Unicode path.
+// The ASCII fast paths of skeleton and invisible apply the same rules as
+// their Unicode tables.
 func TestSkeletonOfASCIIFollowsTheUnicodeRules(t *testing.T) {
 	for r := rune(0); r < 0x80; r++ {
+		if got, want := invisible(r), unicode.In(r, invisibleTables...); got != want {
+			t.Errorf("invisible(%q) = %v, want %v", r, got, want)
+		}
+		if unicode.Is(unicode.Zs, r) && r != ' ' {
+			t.Errorf("%q is an ASCII space other than U+0020: checkIdentifier's fast path misses it", r)
+		}
 		want := ""
-		if !unicode.In(r, unicode.Mn, unicode.Me, unicode.Z) && !invisible(r) {
+		if !unicode.In(r, unicode.Mn, unicode.Me, unicode.Z) && !unicode.In(r, invisibleTables...) {
 			l := unicode.ToLower(r)
 			if to, ok := homoglyphs[l]; ok {
 				l = to
