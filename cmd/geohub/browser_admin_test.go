@@ -401,8 +401,12 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "descontinuado" {
 		t.Fatalf("badge %q", b)
 	}
-	do(t, ctx, "reactivate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)), chromedp.WaitVisible(css(`p.aviso-ok`)),
-		chromedp.WaitVisible(css(`.versao-cabecalho .selo-ativo`)))
+	// The deprecation's flash is still on screen while the post is in
+	// flight: wait for the new one, or the next navigation races the
+	// post's redirect.
+	do(t, ctx, "reactivate", answerConfirms, chromedp.Click(css(`form[action$="/status"] button`)))
+	waitText(t, ctx, `p.aviso-ok`, "jornada:iniciada@1.1.0 reativada")
+	do(t, ctx, "reactivated", chromedp.WaitVisible(css(`.versao-cabecalho .selo-ativo`)))
 	askedOnce(t, ctx, "Reativar jornada:iniciada@1.1.0?")
 
 	// A built-in plugin's type says why it cannot be deprecated, and a
