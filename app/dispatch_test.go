@@ -20,14 +20,13 @@ import (
 
 	"geohub/app"
 	"geohub/app/redact"
-	"geohub/store"
 	"geohub/store/storetest"
 )
 
 // outboxKit is a wired outbox on a real SQLite file: publisher, cadastro,
 // dispatcher on a fake clock. Loopback receivers need the insecure policy.
 type outboxKit struct {
-	db          *store.DB
+	db          storetest.Store
 	pub         *app.Publisher
 	integrators *app.Integrators
 	dispatcher  *app.Dispatcher

@@ -27,7 +27,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/store"
 	"geohub/store/storetest"
 	"geohub/web"
 )
@@ -62,7 +61,7 @@ func (c *apiClock) Advance(d time.Duration) {
 // cmd/geohub/serve.go wires them, an HTTP server and a token per role.
 type apiEnv struct {
 	URL    string
-	DB     *store.DB
+	DB     storetest.Store
 	Clock  *apiClock
 	Tokens map[app.Papel]string
 	client *http.Client

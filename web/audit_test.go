@@ -21,7 +21,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/store"
 	"geohub/store/storetest"
 	"geohub/web"
 	"geohub/web/console"
@@ -31,7 +30,7 @@ import (
 // wired as geohub serve wires it, for checking what each action records.
 type audEnv struct {
 	URL      string
-	DB       *store.DB
+	DB       storetest.Store
 	Tokens   map[app.Papel]string
 	TokenIDs map[app.Papel]string
 	Sessions *app.Sessions

@@ -1,7 +1,8 @@
 // Package storetest builds, for tests, the service graph `geohub serve`
 // runs (app.New, the ocorrência plugin, Start), on a real SQLite file in
-// the test's temporary directory and with one clock for the store and
-// every service. The HTTP edges (web.Server, console.Console) stay in their
+// the test's temporary directory or, when GEOHUB_TEST_BACKEND=postgres, on
+// a fresh database of the test PostgreSQL server, with one clock for the
+// store and every service. The HTTP edges (web.Server, console.Console) stay in their
 // packages' kits, which build them from the Kit's fields.
 package storetest
 
@@ -9,12 +10,14 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
 	"geohub/store"
+	"geohub/store/postgres"
 )
 
 // Options are what a kit varies. Deps.Store is the kit's own database;
@@ -23,6 +26,9 @@ import (
 // Kit's Gatherer), so metrics are recorded as in production.
 type Options struct {
 	app.Deps
+	// Postgres, when set, is the URL of a PostgreSQL database the kit opens
+	// whatever Backend says: kits given the same URL are replicas.
+	Postgres string
 	// BuiltinTypes registers the built-in event types, as serve does.
 	BuiltinTypes bool
 	// AdminPassword, when set, creates the admin operator with it.
@@ -41,7 +47,7 @@ type Options struct {
 // so those (HTTP servers, live tails) run first.
 type Kit struct {
 	*app.Services
-	DB          *store.DB
+	DB          Store // *store.DB or *postgres.DB, as Backend says
 	Ocorrencias *ocorrencia.Service
 	Gatherer    prometheus.Gatherer // the registry metrics go to, unless Options set one
 }
@@ -50,15 +56,12 @@ type Kit struct {
 func New(t testing.TB, o Options) *Kit {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{Now: o.Now})
-	if err != nil {
-		t.Fatal(err)
+	var db Store
+	if o.Postgres != "" {
+		db = OpenPostgres(t, o.Postgres, o.Now)
+	} else {
+		db = Open(t, o.Now)
 	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("close database: %v", err)
-		}
-	})
 	d := o.Deps
 	d.Store = db
 	if d.MasterKey == nil {
@@ -97,4 +100,51 @@ func New(t testing.TB, o Options) *Kit {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// Store is what a kit's database is: the services' store and the
+// ocorrência read model.
+type Store interface {
+	app.Store
+	ocorrencia.ReadModel
+	Close() error
+}
+
+// Open opens an empty database on the backend Backend names, closed at the
+// test's cleanup.
+func Open(t testing.TB, now func() time.Time) Store {
+	t.Helper()
+	switch b := Backend(); b {
+	case "sqlite":
+		db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName), store.Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return closed(t, db)
+	case "postgres":
+		return OpenPostgres(t, PostgresDatabase(t), now)
+	default:
+		t.Fatalf("GEOHUB_TEST_BACKEND=%q: want sqlite or postgres", b)
+		return nil
+	}
+}
+
+// OpenPostgres opens the PostgreSQL database at url (one replica of it),
+// closed at the test's cleanup.
+func OpenPostgres(t testing.TB, url string, now func() time.Time) Store {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), url, postgres.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return closed(t, db)
+}
+
+func closed(t testing.TB, db Store) Store {
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close database: %v", err)
+		}
+	})
+	return db
 }

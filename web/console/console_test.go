@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"geohub/app"
-	"geohub/store"
 	"geohub/store/storetest"
 	"geohub/web/console"
 )
@@ -25,7 +24,7 @@ func consoleServer(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func consoleServerDB(t *testing.T) (*httptest.Server, *store.DB) {
+func consoleServerDB(t *testing.T) (*httptest.Server, storetest.Store) {
 	t.Helper()
 	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
 	srv := httptest.NewServer(newConsole(k).Handler())
@@ -235,7 +234,7 @@ func postTogether(srv *httptest.Server, form url.Values, posts ...adminPost) []i
 }
 
 // operatorIDs maps each login to its account id.
-func operatorIDs(t *testing.T, db *store.DB) map[string]string {
+func operatorIDs(t *testing.T, db storetest.Store) map[string]string {
 	t.Helper()
 	ops, err := db.Operators(t.Context())
 	if err != nil {
@@ -257,7 +256,7 @@ func createOperator(t *testing.T, srv *httptest.Server, admin *http.Client, csrf
 	}
 }
 
-func activeAdmins(t *testing.T, db *store.DB) int {
+func activeAdmins(t *testing.T, db storetest.Store) int {
 	t.Helper()
 	ops, err := db.Operators(t.Context())
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/store"
 	"geohub/store/storetest"
 )
 
@@ -25,7 +24,7 @@ import (
 // in-process consumer, which wakes the live list.
 type ocBench struct {
 	srv *httptest.Server
-	db  *store.DB
+	db  storetest.Store
 	svc *ocorrencia.Service
 }
 
