@@ -123,7 +123,7 @@ func TestAuditHoldsNoSecret(t *testing.T) {
 	admin := mainToken(t, dir, app.PapelAdmin, "auditoria-admin")
 	operador := mainToken(t, dir, app.PapelOperador, "auditoria-operador")
 	var out bytes.Buffer
-	if err := createToken(ctx, &out, dir, app.PapelLeitor, "descartavel"); err != nil {
+	if err := createToken(ctx, &out, testDatabase(t, dir), app.PapelLeitor, "descartavel"); err != nil {
 		t.Fatal(err)
 	}
 	descartavel := lastLine(out.String())
@@ -132,7 +132,7 @@ func TestAuditHoldsNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := resetPassword(ctx, &out, dir, "admin"); err != nil {
+	if err := resetPassword(ctx, &out, testDatabase(t, dir), "admin"); err != nil {
 		t.Fatal(err)
 	}
 	adminSenha := lastLine(out.String())

@@ -471,7 +471,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	defer rc.srv.Close()
 	dir := b.TempDir()
 	ctx := context.Background()
-	db, key, err := openData(ctx, dir)
+	db, key, err := testDatabase(b, dir).open(ctx, cliLogger(), false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
+	m := &Main{Config: Config{Data: dir, DB: testDatabase(b, dir).URL, MasterKeyFile: testDatabase(b, dir).MasterKeyFile, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
 		Stdout: io.Discard, Ready: make(chan struct{})}
 	errc := make(chan error, 1)
 	cpu0 := benchCPU()

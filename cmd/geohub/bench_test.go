@@ -463,7 +463,7 @@ func benchRawHTTPPost(b *testing.B) benchResult {
 func benchHTTPPublish(b *testing.B, clients int) benchResult {
 	dir := b.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", LogLevel: "error"},
+	m := &Main{Config: Config{Data: dir, DB: testDatabase(b, dir).URL, MasterKeyFile: testDatabase(b, dir).MasterKeyFile, Addr: "127.0.0.1:0", LogLevel: "error"},
 		Stdout: io.Discard, Ready: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
@@ -480,7 +480,7 @@ func benchHTTPPublish(b *testing.B, clients int) benchResult {
 		b.Fatalf("server did not start: %v", err)
 	}
 	var out bytes.Buffer
-	if err := createToken(ctx, &out, dir, app.PapelProdutor, "bench"); err != nil {
+	if err := createToken(ctx, &out, testDatabase(b, dir), app.PapelProdutor, "bench"); err != nil {
 		b.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -49,7 +49,7 @@ func TestConsoleAuditoria(t *testing.T) {
 	t.Cleanup(func() { stop() })
 	base := "http://" + m.Addr
 	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, dir, "admin"); err != nil {
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
 		t.Fatal(err)
 	}
 	adminSenha := lastLine(out.String())

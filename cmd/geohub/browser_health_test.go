@@ -40,7 +40,7 @@ func TestConsoleHealthAndPhone(t *testing.T) {
 	t.Cleanup(func() { stop() })
 	base := "http://" + m.Addr
 	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, dir, "admin"); err != nil {
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
 		t.Fatal(err)
 	}
 	senha := lastLine(out.String())

@@ -7,10 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
+	"log/slog"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -32,10 +31,6 @@ func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("geohub "+name, flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	return fs
-}
-
-func dataFlag(fs *flag.FlagSet) *string {
-	return fs.String("data", envOr("GEOHUB_DATA", "./data"), "data directory: database, master key (env GEOHUB_DATA)")
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
@@ -64,7 +59,8 @@ func serveCmd(ctx context.Context, args []string) error {
 // serveConfig reads serve's flags and environment; run is false for --help.
 func serveConfig(args []string) (cfg Config, run bool, err error) {
 	fs := newFlags("serve")
-	fs.StringVar(&cfg.Data, "data", envOr("GEOHUB_DATA", "./data"), "data directory: database, master key (env GEOHUB_DATA)")
+	var d Database
+	databaseFlags(fs, &d)
 	fs.StringVar(&cfg.Addr, "addr", envOr("GEOHUB_ADDR", "127.0.0.1:8080"), "listen address (env GEOHUB_ADDR)")
 	fs.BoolVar(&cfg.Demo, "demo", envOr("GEOHUB_DEMO", "") == "1", "load fixtures/ so the console comes alive (env GEOHUB_DEMO=1)")
 	fs.BoolVar(&cfg.InsecureCallbacks, "insecure-callbacks", envOr("GEOHUB_INSECURE_CALLBACKS", "") == "1",
@@ -82,6 +78,7 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 	if err := cfg.envErr(); err != nil {
 		return cfg, false, err
 	}
+	cfg.Data, cfg.DB, cfg.MasterKeyFile = d.Data, d.URL, d.MasterKeyFile
 	cfg.AdminPassword = os.Getenv("GEOHUB_ADMIN_PASSWORD")
 	return cfg, true, nil
 }
@@ -97,33 +94,36 @@ func isHelp(args []string) bool {
 
 func migrateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("migrate")
-	data := dataFlag(fs)
+	var d Database
+	databaseFlags(fs, &d)
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
-	db, _, err := openData(ctx, *data)
+	db, _, err := d.open(ctx, cliLogger(), false)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	fmt.Println("schema up to date:", db.Path)
+	fmt.Println("schema up to date:", d.Where())
 	return nil
 }
 
 func tokenCreateCmd(ctx context.Context, args []string) error {
 	fs := newFlags("token create")
-	data := dataFlag(fs)
+	var d Database
+	databaseFlags(fs, &d)
 	papel := fs.String("papel", envOr("GEOHUB_PAPEL", ""), "role: admin, operador, leitor or produtor (env GEOHUB_PAPEL)")
 	nome := fs.String("nome", envOr("GEOHUB_NOME", ""), "a name to recognise the token by (env GEOHUB_NOME)")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
 	}
-	return createToken(ctx, os.Stdout, *data, app.Papel(*papel), *nome)
+	return createToken(ctx, os.Stdout, d, app.Papel(*papel), *nome)
 }
 
 func tokenRevokeCmd(ctx context.Context, args []string) error {
 	fs := newFlags("token revoke")
-	data := dataFlag(fs)
+	var d Database
+	databaseFlags(fs, &d)
 	id := fs.String("id", "", "the token's id, as token create printed it")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
@@ -131,7 +131,7 @@ func tokenRevokeCmd(ctx context.Context, args []string) error {
 	if *id == "" {
 		return fmt.Errorf("--id is required")
 	}
-	db, _, err := openExisting(ctx, *data)
+	db, _, err := d.open(ctx, cliLogger(), true)
 	if err != nil {
 		return err
 	}
@@ -146,11 +146,11 @@ func tokenRevokeCmd(ctx context.Context, args []string) error {
 
 // createToken prints the token alone on the last line of out: scripts take
 // it with `tail -n1`. Only its hash is stored.
-func createToken(ctx context.Context, out io.Writer, data string, papel app.Papel, nome string) error {
+func createToken(ctx context.Context, out io.Writer, d Database, papel app.Papel, nome string) error {
 	if !app.ValidPapel(papel) {
 		return fmt.Errorf("--papel must be admin, operador, leitor or produtor")
 	}
-	db, _, err := openExisting(ctx, data)
+	db, _, err := d.open(ctx, cliLogger(), true)
 	if err != nil {
 		return err
 	}
@@ -180,22 +180,16 @@ func cliContext(ctx context.Context) context.Context {
 	return app.WithActor(ctx, app.Actor{Tipo: app.ActorCLI, ID: name, Nome: name, Endereco: "local"})
 }
 
-// openExisting opens the data directory of a server that has run: the
-// commands that read or change its accounts and data must not create an
-// empty one when --data is mistyped (a token there would work nowhere).
-func openExisting(ctx context.Context, dir string) (*store.DB, []byte, error) {
-	path := filepath.Join(dir, store.FileName)
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("no database at %s: check --data, or create it with geohub migrate (or a first geohub serve)", path)
-	}
-	return openData(ctx, dir)
-}
+// cliLogger is where the commands log (the sealing of old bodies, say):
+// stderr, as text, so stdout stays what scripts read.
+func cliLogger() *slog.Logger { return slog.New(slog.NewTextHandler(os.Stderr, nil)) }
 
 // resetPasswordCmd is the way back into the console for whoever runs the
 // server: an admin who forgot the password has nobody else to reset it.
 func resetPasswordCmd(ctx context.Context, args []string) error {
 	fs := newFlags("operator reset-password")
-	data := dataFlag(fs)
+	var d Database
+	databaseFlags(fs, &d)
 	login := fs.String("login", "", "the console account whose password to replace")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
@@ -203,13 +197,13 @@ func resetPasswordCmd(ctx context.Context, args []string) error {
 	if *login == "" {
 		return fmt.Errorf("--login is required")
 	}
-	return resetPassword(ctx, os.Stdout, *data, *login)
+	return resetPassword(ctx, os.Stdout, d, *login)
 }
 
 // resetPassword prints the new password alone on the last line of out, as
 // createToken prints a token.
-func resetPassword(ctx context.Context, out io.Writer, data, login string) error {
-	db, _, err := openExisting(ctx, data)
+func resetPassword(ctx context.Context, out io.Writer, d Database, login string) error {
+	db, _, err := d.open(ctx, cliLogger(), true)
 	if err != nil {
 		return err
 	}
@@ -237,10 +231,16 @@ func resetPassword(ctx context.Context, out io.Writer, data, login string) error
 
 func backupCmd(ctx context.Context, args []string) error {
 	fs := newFlags("backup")
-	data := dataFlag(fs)
+	var d Database
+	databaseFlags(fs, &d)
 	out := fs.String("out", envOr("GEOHUB_BACKUP_OUT", ""), "file to write the copy to; must not exist (env GEOHUB_BACKUP_OUT)")
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return err
+	}
+	if d.Postgres() {
+		// A consistent copy of a live PostgreSQL database is the server's
+		// own tool's job; the master key is kept apart either way.
+		return fmt.Errorf("backup copies the SQLite database; on PostgreSQL use pg_dump (or the provider's backups), see the README")
 	}
 	if *out == "" {
 		return fmt.Errorf("--out is required")
@@ -248,11 +248,12 @@ func backupCmd(ctx context.Context, args []string) error {
 	if _, err := os.Stat(*out); err == nil {
 		return fmt.Errorf("%s exists: backup never overwrites", *out)
 	}
-	db, _, err := openExisting(ctx, *data)
+	opened, _, err := d.open(ctx, cliLogger(), true)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer opened.Close()
+	db := opened.(*store.DB)
 	if err := db.Backup(ctx, *out); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}

@@ -16,7 +16,7 @@ func runMain(tb testing.TB) (m *Main, dir string, stop func() error) {
 	tb.Helper()
 	dir = tb.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
-	m = &Main{Config: Config{Data: dir, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
+	m = &Main{Config: Config{Data: dir, DB: testDatabase(tb, dir).URL, MasterKeyFile: testDatabase(tb, dir).MasterKeyFile, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
 		Stdout: io.Discard, Ready: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() { errc <- m.Run(ctx) }()
@@ -34,7 +34,7 @@ func runMain(tb testing.TB) (m *Main, dir string, stop func() error) {
 func mainToken(tb testing.TB, dir string, papel app.Papel, nome string) string {
 	tb.Helper()
 	var out bytes.Buffer
-	if err := createToken(context.Background(), &out, dir, papel, nome); err != nil {
+	if err := createToken(context.Background(), &out, testDatabase(tb, dir), papel, nome); err != nil {
 		tb.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -16,6 +16,7 @@ const usage = `geohub: the municipality's event backbone.
 Commands:
   geohub serve   [--data DIR] [--addr HOST:PORT] [--demo] [--insecure-callbacks]
   geohub migrate [--data DIR]
+  geohub migrate-data --from DIR --db postgres://...   (copy a stopped SQLite appliance into PostgreSQL)
   geohub token create --papel admin|operador|leitor|produtor [--nome NAME] [--data DIR]
   geohub token revoke --id ID [--data DIR]
   geohub operator reset-password --login LOGIN [--data DIR]
@@ -23,6 +24,10 @@ Commands:
   geohub verify-signature --secret-file FILE --timestamp T [--signature sha256=HEX] < body
   geohub simulador --geohub URL --api-key-file FILE --secret-file FILE --integrador ID [--listen HOST:PORT]
   geohub simulador --registrar [--geohub URL] [--listen HOST:PORT]   (admin token in GEOHUB_TOKEN)
+
+Every command that opens the database takes --data DIR (the embedded
+SQLite, the default) or --db postgres://... with --master-key-file FILE or
+GEOHUB_MASTER_KEY (PostgreSQL, for several replicas).
 
 Run "geohub <command> --help" for the flags of each command and the
 environment variable each flag reads. Secrets never go on the command line,
@@ -36,7 +41,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "geohub:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -50,6 +55,8 @@ func run(ctx context.Context, args []string) error {
 		return serveCmd(ctx, args[1:])
 	case "migrate":
 		return migrateCmd(ctx, args[1:])
+	case "migrate-data":
+		return migrateDataCmd(ctx, args[1:])
 	case "token":
 		switch {
 		case len(args) >= 2 && args[1] == "create":

@@ -24,7 +24,46 @@ import (
 	"time"
 
 	"geohub/store"
+	"geohub/store/storetest"
 )
+
+// testDatabases maps a test's data directory to the PostgreSQL database
+// its server uses when the suite runs on PostgreSQL, so that a restart on
+// the same directory finds the same data.
+var testDatabases sync.Map
+
+// testDatabase is where a test's server keeps its data: the SQLite under
+// dir, or, with GEOHUB_TEST_BACKEND=postgres, a fresh database of the test
+// server with the master key in dir (as an operator keeps it beside the
+// replicas' configuration).
+func testDatabase(tb testing.TB, dir string) Database {
+	tb.Helper()
+	d := Database{Data: dir}
+	if storetest.Backend() != "postgres" {
+		return d
+	}
+	if v, ok := testDatabases.Load(dir); ok {
+		return v.(Database)
+	}
+	d.URL = storetest.PostgresDatabase(tb)
+	d.MasterKeyFile = filepath.Join(dir, "master.key")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := masterKey(d.MasterKeyFile); err != nil {
+		tb.Fatal(err)
+	}
+	testDatabases.Store(dir, d)
+	return d
+}
+
+// flags are the serve flags that select d.
+func (d Database) flags() []string {
+	if !d.Postgres() {
+		return nil
+	}
+	return []string{"--db", d.URL, "--master-key-file", d.MasterKeyFile}
+}
 
 // buildBinary compiles geohub once per test run, with the SQLite driver this
 // test binary was built with.
@@ -78,7 +117,8 @@ func startServer(t *testing.T, data string, flags ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0"}, flags...)...)
+	args := append([]string{"serve", "--data", data, "--addr", "127.0.0.1:0"}, testDatabase(t, data).flags()...)
+	cmd := exec.Command(bin, append(args, flags...)...)
 	cmd.Env = append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

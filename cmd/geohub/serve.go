@@ -21,7 +21,6 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
-	"geohub/store"
 	"geohub/web"
 	"geohub/web/console"
 )
@@ -29,6 +28,7 @@ import (
 // Config is what `geohub serve` runs with.
 type Config struct {
 	Data              string
+	DB, MasterKeyFile string // see Database
 	Addr              string
 	Demo              bool
 	InsecureCallbacks bool
@@ -114,36 +114,8 @@ const masterKeyFile = "master.key"
 // version goes in the User-Agent of every webhook.
 var version = "dev"
 
-// openData creates the data directory and master key on first use, and
-// opens the database with its migrations applied and its outbox bodies
-// sealed. The commands log to stderr as text; serve uses its own logger.
-func openData(ctx context.Context, dir string) (*store.DB, []byte, error) {
-	return openDataLogged(ctx, dir, slog.New(slog.NewTextHandler(os.Stderr, nil)))
-}
-
-func openDataLogged(ctx context.Context, dir string, logger *slog.Logger) (*store.DB, []byte, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("create data directory: %w", err)
-	}
-	key, err := masterKey(filepath.Join(dir, masterKeyFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	db, err := store.Open(ctx, filepath.Join(dir, store.FileName), store.Options{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("open database: %w", err)
-	}
-	// Before anything reads the outbox or copies the file (backup): the
-	// bodies an earlier version stored in clear are sealed here.
-	sealer, err := app.NewSealer(key)
-	if err == nil {
-		err = app.SealStoredBodies(ctx, db, sealer, logger)
-	}
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return db, key, nil
+func (cfg Config) database() Database {
+	return Database{Data: cfg.Data, URL: cfg.DB, MasterKeyFile: cfg.MasterKeyFile}
 }
 
 // masterKey reads the 32-byte master key, creating it (mode 0600) when
@@ -234,7 +206,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	db, key, err := openDataLogged(ctx, cfg.Data, logger)
+	where := cfg.database()
+	db, key, err := where.open(ctx, logger, false)
 	if err != nil {
 		return err
 	}
@@ -253,7 +226,10 @@ func (m *Main) Run(ctx context.Context) error {
 	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Now: time.Now, Logger: logger, Registerer: reg,
 		Policy:  app.CallbackPolicy{Insecure: cfg.InsecureCallbacks},
 		Version: version, AutoDisable: autoDisable,
-		ReapOnStart: true, // one node, one dispatcher: leases found at start are orphans
+		// One SQLite node runs one dispatcher, so leases found at start are
+		// orphans; on PostgreSQL they may be another replica's, which only
+		// expiry hands back.
+		ReapOnStart: !where.Postgres(),
 		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention})
 	if err != nil {
 		return err
@@ -321,7 +297,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		logger.Warn(strings.Repeat("!", 20) + " insecure callbacks (" + flag + "): http:// and loopback callback URLs are ALLOWED; use only for local demos and tests " + strings.Repeat("!", 20))
 	}
-	logger.Info("geohub listening", "addr", m.Addr, "data", cfg.Data, "driver", store.DriverName, "demo", cfg.Demo)
+	logger.Info("geohub listening", "addr", m.Addr, "db", where.Where(), "driver", where.Driver(), "demo", cfg.Demo)
 	// The one line a newcomer needs (SPEC 10): where the console is.
 	fmt.Fprintf(m.Stdout, "Console: %s/\n", loopbackURL(m.Addr))
 	errc := make(chan error, 1)
