@@ -149,6 +149,7 @@ func (c *atRestCAD) arrivals() []atRestArrival {
 }
 
 func TestNoPersonalDataInClearInTheDataDirectoryOrABackup(t *testing.T) {
+	sqliteOnly(t)
 	for _, stop := range []string{"SIGTERM", "SIGKILL"} {
 		t.Run(stop, func(t *testing.T) { testNoPersonalDataAtRest(t, stop) })
 	}

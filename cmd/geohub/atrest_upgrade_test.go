@@ -25,6 +25,7 @@ import (
 // the clear text afterwards, and the sealed bodies still deliver, byte for
 // byte and signed.
 func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
+	sqliteOnly(t)
 	const events = 5
 	ctx := context.Background()
 	data := t.TempDir()

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"geohub/app"
-	"geohub/store"
 )
 
 // consolePeakRSS is what the server may hold at its peak, start included,
@@ -44,10 +42,7 @@ func TestConsoleShowsADeepStoredEventWithinBoundedMemory(t *testing.T) {
 	payload := json.RawMessage(strings.Repeat(`{"a":`, levels) + `"fundo"` + strings.Repeat("}", levels))
 	id := newEventID()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(data, store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := openTestStore(t, data)
 	ev := app.Event{EventID: id, Tipo: "teste:livre", VersaoSchema: "1.0.0", Origem: "rh", CorrelacaoID: id,
 		Timestamp: time.Now(), Autoria: &app.Autoria{Tipo: "sistema", ID: "rh"}, Payload: payload}
 	if _, err := db.Append(ctx, []app.Pending{{Event: ev, Full: payload}}); err != nil {

@@ -104,6 +104,7 @@ func serveWithConsumer(path string, args []string) int {
 // as an open failure in the DLQ, never lost, and its cursor just before its
 // first open failure.
 func TestConsumerAfterRepeatedKill9(t *testing.T) {
+	sqliteOnly(t)
 	const (
 		kills      = 3
 		publishers = 8

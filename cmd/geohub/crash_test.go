@@ -157,7 +157,7 @@ func (l launch) start(t *testing.T) *child {
 			t.Fatal(err)
 		}
 	}
-	args := append([]string{bin, "serve", "--data", l.data, "--addr", "127.0.0.1:0"}, l.flags...)
+	args := append(withDatabase(t, []string{bin, "serve", "--data", l.data, "--addr", "127.0.0.1:0"}), l.flags...)
 	env := append(os.Environ(), "GEOHUB_ADMIN_PASSWORD=senha-de-teste-123")
 	var cmd *exec.Cmd
 	switch {
@@ -258,7 +258,7 @@ func (c *child) alive() bool {
 // cli runs a geohub subcommand as the given user.
 func cli(t *testing.T, cred *syscall.Credential, bin string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, withDatabase(t, args)...)
 	cmd.Dir = filepath.Dir(bin)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -646,6 +646,7 @@ func logIDs(t *testing.T, db *sql.DB) map[string]string {
 type cad struct {
 	flaky   atomic.Bool // while set, 3 requests in 10 get a 500
 	n       atomic.Int64
+	clock   atomic.Int64 // ticks at every request's start and end
 	mu      sync.Mutex
 	arrived map[string][]arrival // by event id
 }
@@ -655,11 +656,16 @@ type arrival struct {
 	seq      int64
 	attempt  int
 	status   int
+	// start and end place the request among every other's beginning and
+	// end at this receiver: two requests overlapped when neither ended
+	// before the other started.
+	start, end int64
 }
 
 func newCAD() *cad { return &cad{arrived: map[string][]arrival{}} }
 
 func (c *cad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := c.clock.Add(1)
 	io.Copy(io.Discard, r.Body)
 	time.Sleep(2 * time.Millisecond) // keep deliveries in flight when the kill comes
 	status := http.StatusNoContent
@@ -673,7 +679,7 @@ func (c *cad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	attempt, _ := strconv.Atoi(r.Header.Get("X-Geohub-Tentativa"))
 	c.mu.Lock()
 	id := r.Header.Get("X-Geohub-Evento-Id")
-	c.arrived[id] = append(c.arrived[id], arrival{r.Header.Get("X-Geohub-Agregado"), seq, attempt, status})
+	c.arrived[id] = append(c.arrived[id], arrival{r.Header.Get("X-Geohub-Agregado"), seq, attempt, status, start, c.clock.Add(1)})
 	c.mu.Unlock()
 	w.WriteHeader(status)
 }
@@ -806,6 +812,7 @@ func (l *ledger) publishUntilGone(client *http.Client, addr, token string, aggre
 }
 
 func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
+	sqliteOnly(t)
 	const (
 		kills      = 4 // below app.MaxQuedas: a row in flight at every kill must not become poison
 		publishers = 16
@@ -1071,6 +1078,7 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 // 2. A read-only data directory.
 
 func TestReadOnlyDataDirAtStart(t *testing.T) {
+	sqliteOnly(t)
 	cred, box, bin := unprivileged(t)
 	run := func(data string) *child { return launch{bin: bin, data: data, cred: cred}.start(t) }
 
@@ -1177,6 +1185,7 @@ func TestReadOnlyDataDirAtStart(t *testing.T) {
 // read-only remount is refused by the kernel while files are open for
 // writing, so it cannot be staged here.)
 func TestReadOnlyDataDirWhileRunning(t *testing.T) {
+	sqliteOnly(t)
 	cred, box, bin := unprivileged(t)
 	data := filepath.Join(box, "dados")
 	os.Mkdir(data, 0o700)
@@ -1340,6 +1349,7 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 // 3. Disk full.
 
 func TestDiskFullAtStart(t *testing.T) {
+	sqliteOnly(t)
 	data := t.TempDir()
 	// 64 KiB: the master key fits, the schema's first transaction does not.
 	srv := launch{data: data, fsize: 64 << 10}.start(t)
@@ -1359,6 +1369,7 @@ func TestDiskFullAtStart(t *testing.T) {
 }
 
 func TestDiskFullWhileRunning(t *testing.T) {
+	sqliteOnly(t)
 	t.Run("RLIMIT_FSIZE", func(t *testing.T) {
 		data := t.TempDir()
 		diskFullWhileRunning(t, data, func(srv *child) (func(), error) {

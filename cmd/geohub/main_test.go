@@ -57,6 +57,42 @@ func testDatabase(tb testing.TB, dir string) Database {
 	return d
 }
 
+// withDatabase appends to a command line that names --data DIR the flags
+// that select that directory's database on the backend under test.
+func withDatabase(tb testing.TB, args []string) []string {
+	tb.Helper()
+	for i, a := range args {
+		if a == "--db" {
+			return args
+		}
+		if a == "--data" && i+1 < len(args) {
+			return append(append([]string(nil), args...), testDatabase(tb, args[i+1]).flags()...)
+		}
+	}
+	return args
+}
+
+// openTestStore opens dir's database on the backend under test, for a test
+// that puts rows where the API would refuse them or reads them back.
+func openTestStore(tb testing.TB, dir string) openedStore {
+	tb.Helper()
+	db, _, err := testDatabase(tb, dir).open(context.Background(), cliLogger(), false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
+// sqliteOnly skips a test that inspects the SQLite files themselves (their
+// bytes, their integrity, their permissions) when the suite runs on
+// PostgreSQL, where those files do not exist.
+func sqliteOnly(tb testing.TB) {
+	tb.Helper()
+	if storetest.Backend() == "postgres" {
+		tb.Skip("inspects the SQLite files of the data directory; the PostgreSQL run has none")
+	}
+}
+
 // flags are the serve flags that select d.
 func (d Database) flags() []string {
 	if !d.Postgres() {
@@ -153,7 +189,7 @@ func runCLI(t *testing.T, args ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, args...).Output()
+	out, err := exec.Command(bin, withDatabase(t, args)...).Output()
 	if err != nil {
 		t.Fatalf("geohub %s: %v", strings.Join(args, " "), err)
 	}
@@ -265,15 +301,24 @@ func TestGracefulShutdownAndBackup(t *testing.T) {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "copia.db")
-	runCLI(t, "backup", "--out", out, "--data", data) // while the server runs
-	cp, err := store.Open(context.Background(), out, store.Options{})
-	if err != nil {
-		t.Fatal(err)
+	if storetest.Backend() == "postgres" {
+		// PostgreSQL is backed up with its own tools.
+		bin, _ := buildBinary()
+		msg, err := exec.Command(bin, withDatabase(t, []string{"backup", "--out", out, "--data", data})...).CombinedOutput()
+		if err == nil || !strings.Contains(string(msg), "pg_dump") {
+			t.Fatalf("backup on PostgreSQL: %v\n%s", err, msg)
+		}
+	} else {
+		runCLI(t, "backup", "--out", out, "--data", data) // while the server runs
+		cp, err := store.Open(context.Background(), out, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := cp.CountEvents(context.Background()); n != 5 {
+			t.Fatalf("backup holds %d events, want 5", n)
+		}
+		cp.Close()
 	}
-	if n, _ := cp.CountEvents(context.Background()); n != 5 {
-		t.Fatalf("backup holds %d events, want 5", n)
-	}
-	cp.Close()
 
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -466,7 +511,7 @@ func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
 	}
 
 	bin, _ := buildBinary()
-	msg, err := exec.Command(bin, "operator", "reset-password", "--login", "ninguem", "--data", data).CombinedOutput()
+	msg, err := exec.Command(bin, withDatabase(t, []string{"operator", "reset-password", "--login", "ninguem", "--data", data})...).CombinedOutput()
 	if err == nil || !strings.Contains(string(msg), `no console account with login "ninguem"`) {
 		t.Errorf("an unknown login: %v\n%s", err, msg)
 	}

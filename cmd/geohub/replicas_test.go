@@ -1,0 +1,269 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/store/storetest"
+)
+
+// replicaSet is several `geohub serve` processes on one PostgreSQL
+// database, each with its own data directory, as an operator runs them
+// behind a load balancer.
+type replicaSet struct {
+	t     *testing.T
+	db    Database
+	flags []string
+	nodes []*child
+	dirs  []string // each node's --data
+}
+
+func newReplicaSet(t *testing.T, n int, flags ...string) *replicaSet {
+	t.Helper()
+	if storetest.Backend() != "postgres" {
+		t.Skip("replicas share one PostgreSQL database: this test runs in the PostgreSQL pass (GEOHUB_TEST_BACKEND=postgres)")
+	}
+	rs := &replicaSet{t: t, flags: flags}
+	rs.db = testDatabase(t, t.TempDir())
+	for range n {
+		rs.start()
+	}
+	return rs
+}
+
+// start launches one more replica on the set's database.
+func (rs *replicaSet) start() *child {
+	rs.t.Helper()
+	dir := rs.t.TempDir()
+	d := rs.db
+	d.Data = dir
+	testDatabases.Store(dir, d)
+	c := launch{data: dir, flags: rs.flags}.start(rs.t)
+	if !c.alive() {
+		rs.t.Fatalf("replica %d did not start:\n%s", len(rs.nodes), c.out)
+	}
+	rs.nodes = append(rs.nodes, c)
+	rs.dirs = append(rs.dirs, dir)
+	return c
+}
+
+// alive are the replicas still running, as the load balancer's health
+// checks see them.
+func (rs *replicaSet) alive() []*child {
+	var out []*child
+	for _, c := range rs.nodes {
+		if c.alive() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// SPEC 12: three replicas share the load, one dies by SIGKILL with
+// deliveries in flight and publishes unanswered, and nothing is lost:
+// every acknowledged event is in the log once, the log's sequence numbers
+// have no gap and no repeat, every event reaches both receivers, and each
+// receiver sees each aggregate's X-Geohub-Sequencia in order, 1, 2, 3...
+// Publishes left in doubt by the kill are resent to a surviving replica
+// with the same event id, which idempotency across replicas answers.
+func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
+	const (
+		publishers = 12
+		aggregates = 6
+	)
+	rs := newReplicaSet(t, 1, "--insecure-callbacks")
+	first := rs.nodes[0]
+	bin, _ := buildBinary()
+	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
+	if err != nil {
+		t.Fatalf("token create: %v %s", err, out)
+	}
+	token := lastLine(out)
+	client := &http.Client{Timeout: 15 * time.Second}
+	healthy, flaky := newCAD(), newCAD()
+	flaky.flaky.Store(true)
+	cadA, cadB := httptest.NewServer(healthy), httptest.NewServer(flaky)
+	defer cadA.Close()
+	defer cadB.Close()
+	receivers := map[string]*cad{}
+	for name, c := range map[string]*httptest.Server{"CAD saudavel": cadA, "CAD instavel": cadB} {
+		a, err := call(client, "POST", "http://"+first.addr+"/api/integradores", token, `{"nome":"`+name+`","callback_url":"`+
+			c.URL+`/eventos","hosts_permitidos":["127.0.0.1"],"backoff":["1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s"]}`)
+		if err != nil || a.status != http.StatusCreated {
+			t.Fatalf("create integrator: %v %d %s", err, a.status, a.body)
+		}
+		var in struct{ ID string }
+		json.Unmarshal(a.body, &in)
+		receivers[in.ID] = healthy
+		if c == cadB {
+			receivers[in.ID] = flaky
+		}
+	}
+	rs.start()
+	rs.start()
+
+	// Publishers spread over the replicas alive, as a load balancer does,
+	// and move to another when theirs stops answering.
+	l := &ledger{acked: map[string]string{}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range publishers {
+		wg.Go(func() {
+			for n := i; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				alive := rs.alive()
+				if len(alive) == 0 {
+					return
+				}
+				l.publishUntilGone(client, alive[n%len(alive)].addr, token, aggregates, stop)
+			}
+		})
+	}
+	waitLedger := func(what string, enough func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(45 * time.Second)
+		for !enough() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d acknowledged, %d in doubt after 45 s", what, l.count(), l.unresolved())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	waitLedger("before the kill", func() bool { return l.count() >= 300+rand.IntN(300) })
+	// The first replica is the likeliest leader (it started first): its
+	// periodic duties, the reaper among them, must move to another.
+	victim := first
+	victim.kill()
+	reqA, _, _, _ := healthy.stats()
+	reqB, failB, _, _ := flaky.stats()
+	killedAt := l.count()
+	t.Logf("killed replica 1 after %d acknowledged publishes; the receivers had %d and %d requests (%d answered 500)",
+		killedAt, reqA, reqB, failB)
+	waitLedger("after the kill", func() bool { return l.count() >= killedAt+200 && l.unresolved() == 0 })
+	close(stop)
+	wg.Wait()
+	l.mu.Lock()
+	for _, p := range l.problems {
+		t.Error(p)
+	}
+	acked := l.acked
+	t.Logf("%d publishes acknowledged; %d resent after a lost answer, %d of them already stored",
+		len(acked), l.retried, l.existed)
+	l.mu.Unlock()
+	if l.unresolved() != 0 {
+		t.Fatalf("%d publishes still in doubt", l.unresolved())
+	}
+
+	// Drain: the leases the dead replica held come back when they expire
+	// (30 s), through the reaper of whichever replica leads now.
+	time.AfterFunc(3*time.Second, func() { flaky.flaky.Store(false) })
+	survivor := rs.alive()[0]
+	want := 2 * len(acked) // jornada:* has audience "todos": both integrators get every event
+	base := "http://" + survivor.addr + "/api/entregas?limite=1&status="
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		delivered, err1 := total(client, base+app.EntregaEntregue, token)
+		failed, err2 := total(client, base+app.EntregaFalhou, token)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if failed > 0 {
+			t.Fatalf("%d deliveries dead-lettered; none should", failed)
+		}
+		if delivered == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries entregue after 120 s of draining", delivered, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The log, as any replica lists it: every acknowledged event once,
+	// nothing else, and sequence numbers 1..N without gap or repeat.
+	type listed struct {
+		EventID        string `json:"event_id"`
+		Agregado       string `json:"agregado"`
+		SequenceNumber int64  `json:"sequence_number,string"`
+	}
+	seen := map[string]bool{}
+	var seqs []int64
+	for _, ev := range listAll[listed](t, client, "http://"+rs.alive()[1].addr+"/api/events", token) {
+		if seen[ev.EventID] {
+			t.Errorf("GET /api/events lists %s twice", ev.EventID)
+		}
+		seen[ev.EventID] = true
+		if agg, ok := acked[ev.EventID]; !ok {
+			t.Errorf("GET /api/events lists %s, which no publisher sent", ev.EventID)
+		} else if agg != ev.Agregado {
+			t.Errorf("event %s: agregado %q listed, %q published", ev.EventID, ev.Agregado, agg)
+		}
+		seqs = append(seqs, ev.SequenceNumber)
+	}
+	if len(seen) != len(acked) {
+		t.Errorf("GET /api/events lists %d events, %d were acknowledged", len(seen), len(acked))
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("sequence numbers: position %d holds %d (a gap or a repeat)", i+1, s)
+		}
+	}
+
+	// Each receiver: every event accepted; within an aggregate, never two
+	// requests at once (SPEC 6.4), also while a dead replica's leases were
+	// running out; and at the receiver that never failed, each aggregate in
+	// order: 1, 2, 3..., a kill repeating at most the one in flight.
+	for id, rc := range receivers {
+		rc.mu.Lock()
+		byAgg := map[string][]arrival{}
+		for ev, as := range rc.arrived {
+			accepted := false
+			for _, a := range as {
+				byAgg[a.agregado] = append(byAgg[a.agregado], a)
+				accepted = accepted || a.status < 300
+			}
+			if _, ok := acked[ev]; ok && !accepted {
+				t.Errorf("integrator %s never accepted %s", id, ev)
+			}
+		}
+		for ev := range acked {
+			if len(rc.arrived[ev]) == 0 {
+				t.Errorf("integrator %s never received %s", id, ev)
+			}
+		}
+		for agg, as := range byAgg {
+			sort.Slice(as, func(i, j int) bool { return as[i].start < as[j].start })
+			for i := 1; i < len(as); i++ {
+				if as[i].start < as[i-1].end {
+					t.Errorf("integrator %s, %s: sequences %d and %d were in flight at once", id, agg, as[i-1].seq, as[i].seq)
+				}
+			}
+			if rc != healthy {
+				continue
+			}
+			var last int64
+			for _, a := range as {
+				if a.seq < last || a.seq > last+1 {
+					t.Errorf("integrator %s, %s: sequence %d arrived after %d", id, agg, a.seq, last)
+				}
+				last = a.seq
+			}
+		}
+		rc.mu.Unlock()
+	}
+	checkDLQ(t, client, survivor.addr, token)
+	t.Logf("drained %d deliveries through %d surviving replicas", want, len(rs.alive()))
+}
