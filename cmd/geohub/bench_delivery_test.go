@@ -46,7 +46,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 )
@@ -471,38 +470,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	defer rc.srv.Close()
 	dir := b.TempDir()
 	ctx := context.Background()
-	db, key, err := testDatabase(b, dir).open(ctx, cliLogger(), false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sealer, err := app.NewSealer(key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: app.CallbackPolicy{Insecure: true}}
-	if err := integrators.Load(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := integrators.Create(ctx, app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
-		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}}); err != nil {
-		b.Fatal(err)
-	}
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, _, err := app.RegisterBuiltinTypes(ctx, reg); err != nil {
-		b.Fatal(err)
-	}
-	p := &app.Publisher{Log: db, Registry: reg, Integrators: integrators, RedactionKey: app.DeriveRedactionKey(key),
-		Now: time.Now, Metrics: app.NewMetrics(prometheus.NewRegistry())}
-	benchRun(b, b.N, benchConcurrency, func(_, i int) error {
-		_, _, err := p.Publish(ctx, benchRequest(i))
-		return err
-	})
-	if err := db.Close(); err != nil {
-		b.Fatal(err)
-	}
+	benchFillOutbox(b, testDatabase(b, dir), rc, b.N)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	m := &Main{Config: Config{Data: dir, DB: testDatabase(b, dir).URL, MasterKeyFile: testDatabase(b, dir).MasterKeyFile, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},
