@@ -395,3 +395,63 @@ CREATE TABLE outbox_selagem (
     etapa  INTEGER NOT NULL  -- 0 sealing; 1 sealed and file rewritten, WAL to empty; 2 done
 );
 INSERT INTO outbox_selagem (id, cursor, etapa) VALUES (1, 0, 0);
+
+-- migration: 13
+
+-- State a process used to hold in memory, kept in the database so that
+-- the replicas of a PostgreSQL deployment share it (SPEC 12; the same
+-- tables there). On SQLite one process reads it, and now a restart keeps it.
+--
+-- Console login attempts within the limits' window (15 min), one row per
+-- attempt and key ('ip:<address or /64>', 'login:<login>'); the attempts
+-- of one login share its tentativa id, so a right password takes back its
+-- own. Each attempt deletes the rows older than the window.
+CREATE TABLE login_tentativa (
+    chave     TEXT    NOT NULL,
+    em        INTEGER NOT NULL, -- unix milliseconds
+    tentativa TEXT    NOT NULL,
+    PRIMARY KEY (chave, em, tentativa)
+) WITHOUT ROWID;
+CREATE INDEX login_tentativa_em_idx        ON login_tentativa (em);
+CREATE INDEX login_tentativa_tentativa_idx ON login_tentativa (tentativa);
+
+-- The last DLQ reprocess of each colônia (one a minute).
+CREATE TABLE dlq_reprocesso (
+    colonia TEXT    PRIMARY KEY,
+    em      INTEGER NOT NULL -- unix milliseconds
+) WITHOUT ROWID;
+
+-- Each integrator's circuit breaker as last opened or closed by a process
+-- (origem); versao grows with every write, so a reader takes each change once.
+CREATE TABLE circuito (
+    integrador_id TEXT    PRIMARY KEY,
+    aberto        INTEGER NOT NULL,
+    desde         INTEGER NOT NULL, -- unix milliseconds; 0 while closed
+    ate           INTEGER NOT NULL, -- when a probe may go; 0 while closed
+    cooldown_ms   INTEGER NOT NULL,
+    falhas        INTEGER NOT NULL,
+    origem        TEXT    NOT NULL,
+    versao        INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The cadastro's version: every insert of an integrator and every change
+-- of its record, secrets or API key (each sets atualizado_em) moves it, so
+-- a process reads the cadastro again only when it changed. The failing
+-- period the dispatcher records does not touch atualizado_em.
+CREATE TABLE cadastro_versao (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    versao INTEGER NOT NULL
+);
+INSERT INTO cadastro_versao (id, versao) VALUES (1, 0);
+CREATE TRIGGER integrator_cadastro_insert AFTER INSERT ON integrator
+BEGIN
+    UPDATE cadastro_versao SET versao = versao + 1 WHERE id = 1;
+END;
+CREATE TRIGGER integrator_cadastro_update AFTER UPDATE OF atualizado_em ON integrator
+BEGIN
+    UPDATE cadastro_versao SET versao = versao + 1 WHERE id = 1;
+END;
+CREATE TRIGGER integrator_cadastro_delete AFTER DELETE ON integrator
+BEGIN
+    UPDATE cadastro_versao SET versao = versao + 1 WHERE id = 1;
+END;

@@ -1,9 +1,12 @@
 package app
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Circuit breaker limits (SPEC 6.4).
@@ -116,9 +119,24 @@ func (b *breaker) circuit(now time.Time) Circuit {
 // circuits holds every integrator's breaker. It belongs to Integrators,
 // because the circuit is part of an integrator's state that operators read,
 // while the dispatcher is what feeds it.
+//
+// Each process counts the attempts it makes, but an opening or a closing
+// is the integrator's, shared through the database (SPEC 12): the change
+// waits in pending until the dispatcher's next round writes it (beside the
+// outcomes that caused it), and every process adopts the rows other
+// processes wrote (adopt), within SharedRefresh. So when one replica's
+// breaker opens, the others stop sending to that receiver too, and every
+// replica shows the same circuit. Once the cooldown ends each replica may
+// send its own probe: at most one request per replica per cooldown.
 type circuits struct {
 	mu sync.Mutex
 	m  map[string]*breaker
+	// origin names this process in the rows it writes, so that it does not
+	// adopt its own changes back.
+	origin  string
+	pending map[string]StoredCircuit // changes not yet written
+	seen    map[string]int64         // the last version read of each row
+	read    bool                     // the rows were read once
 }
 
 func (c *circuits) record(id string, row int64, failed, transport bool, now time.Time) (opened, closed bool, failures int) {
@@ -137,10 +155,119 @@ func (c *circuits) record(id string, row int64, failed, transport bool, now time
 	}
 	opened, closed = b.record(row, failed, transport, now)
 	failures = b.failures
+	switch {
+	case opened:
+		// In milliseconds, as the store keeps them: every replica then
+		// shows the same instants.
+		b.since, b.openUntil = b.since.Truncate(time.Millisecond), b.openUntil.Truncate(time.Millisecond)
+		c.stage(StoredCircuit{Integrador: id, Aberto: true, Desde: b.since.UTC(), Ate: b.openUntil.UTC(),
+			Cooldown: b.cooldown, Falhas: b.failures})
+	case closed:
+		c.stage(StoredCircuit{Integrador: id})
+	}
 	if !failed {
 		delete(c.m, id)
 	}
 	return opened, closed, failures
+}
+
+// stage keeps a change for the next write; c.mu is held.
+func (c *circuits) stage(sc StoredCircuit) {
+	if c.pending == nil {
+		c.pending = map[string]StoredCircuit{}
+	}
+	c.pending[sc.Integrador] = sc
+}
+
+// take hands the changes not yet written to whoever writes them, stamped
+// with this process's origin.
+func (c *circuits) take() []StoredCircuit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 {
+		return nil
+	}
+	origin := c.originLocked()
+	out := make([]StoredCircuit, 0, len(c.pending))
+	for _, sc := range c.pending {
+		sc.Origem = origin
+		out = append(out, sc)
+	}
+	clear(c.pending)
+	return out
+}
+
+// putBack returns changes whose write failed, unless a later change of the
+// same integrator replaced them meanwhile.
+func (c *circuits) putBack(cs []StoredCircuit) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sc := range cs {
+		if _, newer := c.pending[sc.Integrador]; !newer {
+			c.stage(sc)
+		}
+	}
+}
+
+func (c *circuits) originLocked() string {
+	if c.origin == "" {
+		c.origin = uuid.NewString()
+	}
+	return c.origin
+}
+
+// adopt takes in the rows other processes wrote since the last read, and
+// says which circuits opened or closed here because of them. A row newer
+// than this process's own view wins, except over a change of this process
+// not yet written. At the first read only circuits open now are taken: a
+// row left by a process long gone says nothing about the receiver today.
+func (c *circuits) adopt(rows []StoredCircuit, now time.Time) []CircuitChange {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.read
+	c.read = true
+	origin := c.originLocked()
+	var changes []CircuitChange
+	for _, r := range rows {
+		if r.Versao <= c.seen[r.Integrador] {
+			continue
+		}
+		if c.seen == nil {
+			c.seen = map[string]int64{}
+		}
+		c.seen[r.Integrador] = r.Versao
+		if _, mine := c.pending[r.Integrador]; mine || r.Origem == origin {
+			continue
+		}
+		b := c.m[r.Integrador]
+		if !r.Aberto {
+			if b != nil && b.open {
+				delete(c.m, r.Integrador)
+				changes = append(changes, CircuitChange{Integrador: r.Integrador, Open: false})
+			}
+			continue
+		}
+		if first && !now.Before(r.Ate) {
+			continue
+		}
+		if b == nil {
+			if c.m == nil {
+				c.m = map[string]*breaker{}
+			}
+			b = &breaker{}
+			c.m[r.Integrador] = b
+		}
+		if b.open && !r.Ate.After(b.openUntil) {
+			continue // this process's circuit holds as long already
+		}
+		wasOpen := b.open
+		b.open, b.since, b.openUntil = true, r.Desde, r.Ate
+		b.cooldown, b.failures = max(b.cooldown, r.Cooldown), max(b.failures, r.Falhas)
+		if !wasOpen {
+			changes = append(changes, CircuitChange{Integrador: r.Integrador, Open: true})
+		}
+	}
+	return changes
 }
 
 func (c *circuits) limit(id string, now time.Time, perIntegrator int) (int, bool, time.Time) {
@@ -153,4 +280,46 @@ func (c *circuits) circuit(id string, now time.Time) Circuit {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[id].circuit(now)
+}
+
+// followShared runs Integrators.Follow for the dispatcher until ctx ends:
+// a circuit another replica opened or closed is this dispatcher's too
+// (logged, counted, signalled, and the loop woken to act on it). The
+// returned function waits for it to stop.
+func (d *Dispatcher) followShared(ctx context.Context) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Integrators.Follow(ctx, SharedRefresh, func(c CircuitChange) {
+			if c.Open {
+				d.Logger.Warn("circuit open on another replica", "integrador", c.Integrador)
+			} else {
+				d.Logger.Info("circuit closed on another replica", "integrador", c.Integrador)
+			}
+			d.Metrics.breaker(c.Integrador, c.Open)
+			d.Signals.Circuit.raise(c)
+			d.Wake()
+		}, func(err error) {
+			d.Logger.Warn("read what other replicas changed", "err", err)
+		})
+	}()
+	return func() { <-done }
+}
+
+// saveCircuits starts writing the circuits that opened or closed here since
+// the last round; the returned function waits for the write. A failed write
+// is logged and tried again with the next round.
+func (d *Dispatcher) saveCircuits(ctx context.Context) (wait func()) {
+	cs := d.Integrators.circuits.take()
+	if len(cs) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := d.Integrators.saveCircuits(ctx, cs); err != nil {
+			d.Logger.Error("save circuits", "err", err)
+		}
+	}()
+	return func() { <-done }
 }

@@ -71,13 +71,20 @@ type Outcome struct {
 // outcome published as integracao:comando-concluido or -recusado in the
 // same transaction as the command's domain events.
 //
-// Commands run one at a time: a handler reads the state it checks and
-// publishes what follows from it without another command in between. The
-// lock is in-process, which holds for the one-node deployment; a
-// multi-replica backend will need the same under a database lock.
+// Commands run one at a time on the whole database: a handler reads the
+// state it checks and publishes what follows from it without another
+// command in between, and a command id looked up as unrecorded stays so
+// until its outcome commits, so the same command sent twice at once (to
+// one replica or to two) runs once and both callers get its one recorded
+// answer. The store's lock (LockCommands) is what holds across replicas;
+// the in-process mutex in front of it keeps a replica's waiting commands
+// from each holding a database connection while they wait.
 type Commands struct {
 	Publisher *Publisher
-	Log       EventLog
+	Log       interface {
+		EventLog
+		CommandLocker
+	}
 	// Key is the HMAC key of the body digest that tells a retry from a
 	// different command under the same id.
 	Key []byte
@@ -113,7 +120,7 @@ type motivo struct {
 // whose code is a refusal (4xx), which is recorded and published as
 // integracao:comando-recusado. Any other error (the database, a bug) is
 // returned without recording anything, so a retry runs the command again.
-func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (Outcome, error) {
+func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (answer Outcome, rerr error) {
 	if (cmd.Integrador == "") == (cmd.Operador == "") {
 		return Outcome{}, fmt.Errorf("a command needs exactly one requester, integrator %q or operator %q", cmd.Integrador, cmd.Operador)
 	}
@@ -132,6 +139,17 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	unlock, err := c.Log.LockCommands(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// Held until the outcome committed (or nothing was recorded): the next
+	// holder's lookup then sees it.
+	defer func() {
+		if uerr := unlock(); uerr != nil && rerr == nil {
+			answer, rerr = Outcome{}, uerr
+		}
+	}()
 	if prev, err := c.Log.Event(ctx, outcomeID); err == nil {
 		return recorded(prev, digest)
 	} else if !errors.Is(err, ErrNotFound) {

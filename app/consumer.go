@@ -59,6 +59,7 @@ type ConsumerStore interface {
 	SetDLQStatus(ctx context.Context, eventID, colonia, status string) error
 	DLQOpen(ctx context.Context, colonia string, limit int) ([]DLQEntry, error)
 	DLQStats(ctx context.Context, limit int) (DLQStats, error)
+	ReprocessLimitStore
 	AuditLog
 }
 
@@ -81,11 +82,16 @@ type Consumers struct {
 	Metrics        *Metrics
 	HandlerTimeout time.Duration // default 10s
 
-	mu            sync.Mutex
-	colonias      map[string]*consumer
-	started       bool
-	lastReprocess map[string]time.Time // per colonia
-	wg            sync.WaitGroup
+	mu       sync.Mutex
+	colonias map[string]*consumer
+	started  bool
+	wg       sync.WaitGroup
+
+	// liveMu orders what goes into the live queues, from this process's
+	// commits and from the other replicas' (Remote); seen is the highest
+	// sequence number they have covered, by a row or a mark.
+	liveMu sync.Mutex
+	seen   int64
 }
 
 type subscription struct {
@@ -144,6 +150,9 @@ func (c *Consumers) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Whatever committed before, also on another replica whose
+	// notification was missed, is read from the log.
+	c.Remote(max)
 	var readies []chan struct{}
 	for _, k := range ks {
 		for tipo := range k.handlers {
@@ -174,16 +183,31 @@ func (c *Consumers) Wait() { c.wg.Wait() }
 
 // Committed is the store's commit hook: it fans committed events out to the
 // consumers that subscribed to their type, never blocking the writer.
+//
+// Batches come in sequence order, each with consecutive numbers (both
+// stores give them gapless). On a database several replicas share, the
+// numbers between two of this process's batches are the other replicas'
+// events: a mark goes first, so that each consumer reads them from the log
+// before it takes this batch's rows, whose full payload it then keeps.
+// Rows a mark already covered (a remote notification that overtook this
+// hook) are left to the log too, so each queue stays in sequence order.
 func (c *Consumers) Committed(batch []Appended) {
 	c.mu.Lock()
 	started := c.started
 	c.mu.Unlock()
-	if !started {
+	if !started || len(batch) == 0 {
 		return
 	}
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if first := batch[0].Event.Sequence; first > c.seen+1 {
+		c.mark(first - 1)
+	}
+	seen := c.seen
+	c.seen = max(c.seen, batch[len(batch)-1].Event.Sequence)
 	for _, k := range c.colonias {
 		for _, a := range batch {
-			if _, ok := k.handlers[a.Event.Tipo]; !ok {
+			if _, ok := k.handlers[a.Event.Tipo]; !ok || a.Event.Sequence <= seen {
 				continue
 			}
 			size := int64(len(a.FullPayload) + len(a.Event.Payload))
@@ -200,6 +224,42 @@ func (c *Consumers) Committed(batch []Appended) {
 		}
 	}
 }
+
+// Remote wakes every consumer for events another replica committed, up to
+// seq: a notification carries no rows, so each reads its types from the log
+// after what it has seen, up to seq, and handles them with their redacted
+// payload (the full one stayed in the memory of the replica that took the
+// publish). It never blocks; a full queue makes the consumer catch up.
+func (c *Consumers) Remote(seq int64) {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return // Start reads the log's head after this
+	}
+	c.liveMu.Lock()
+	defer c.liveMu.Unlock()
+	if seq <= c.seen {
+		return // covered: by this process's rows or an earlier mark
+	}
+	c.mark(seq)
+	c.seen = seq
+}
+
+// mark queues, on every consumer, the instruction to read the log up to
+// seq: an Appended without an event id, which no stored event lacks.
+// Called with liveMu held.
+func (c *Consumers) mark(seq int64) {
+	for _, k := range c.colonias {
+		select {
+		case k.live <- Appended{Event: Event{Sequence: seq}}:
+		default:
+			k.overflow.Store(true)
+		}
+	}
+}
+
+func isMark(a Appended) bool { return a.Event.EventID == "" }
 
 // ReprocessResult is the body of POST /api/events/dlq/reprocessar.
 type ReprocessResult struct {
@@ -236,20 +296,18 @@ func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (res Repro
 		return ReprocessResult{}, &Error{Code: ENotFound, Message: fmt.Sprintf("colônia %s não tem consumidores", colonia),
 			Details: []Detail{{"/colonia", "colônia desconhecida"}}}
 	}
+	c.mu.Unlock()
 	// The limit is per colonia: reprocessing one consumer's failures does not
-	// hold back another's.
-	now := c.Now()
-	last := c.lastReprocess[colonia]
-	if wait := last.Add(ReprocessInterval).Sub(now); !last.IsZero() && wait > 0 {
-		c.mu.Unlock()
+	// hold back another's. It is kept in the database, so a request that
+	// lands on another replica counts against the same minute.
+	wait, err := c.Store.ClaimReprocess(ctx, colonia, c.Now(), ReprocessInterval)
+	if err != nil {
+		return ReprocessResult{}, err
+	}
+	if wait > 0 {
 		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: "reprocessamento permitido uma vez por minuto por colônia"}
 	}
-	if c.lastReprocess == nil {
-		c.lastReprocess = map[string]time.Time{}
-	}
-	c.lastReprocess[colonia] = now
-	c.mu.Unlock()
 	req := reprocessReq{ctx: ctx, done: make(chan reprocessRes, 1)}
 	select {
 	case k.reprocess <- req:
@@ -429,6 +487,9 @@ func (k *consumer) apply(ctx context.Context, a Appended) bool {
 	if a.Event.Sequence <= k.pos {
 		return true
 	}
+	if isMark(a) {
+		return k.readTo(ctx, a.Event.Sequence)
+	}
 	ev := a.Event
 	ev.Payload = a.FullPayload
 	k.handle(ctx, ev)
@@ -439,6 +500,46 @@ func (k *consumer) apply(ctx context.Context, a Appended) bool {
 		k.unsaved = 0
 		if err := k.save(ctx); err != nil {
 			k.parent.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
+			return false
+		}
+	}
+	return true
+}
+
+// readTo handles, from the log, this consumer's events after its position
+// and up to seq: those another replica committed (see Remote). False means
+// the read failed and the consumer must catch up.
+func (k *consumer) readTo(ctx context.Context, seq int64) bool {
+	c := k.parent
+	tipos := make([]string, 0, len(k.handlers))
+	for tipo := range k.handlers {
+		tipos = append(tipos, tipo)
+	}
+	sort.Strings(tipos)
+	for k.pos < seq {
+		batch, cut, err := c.Log.EventsAfter(ctx, k.pos, tipos, replayPage, ChunkBytes)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.Logger.Error("read other replicas' events", "colonia", k.colonia, "err", err)
+			}
+			return false
+		}
+		for _, ev := range batch {
+			if ev.Sequence > seq {
+				break
+			}
+			k.handle(ctx, ev)
+			k.pos = ev.Sequence
+		}
+		if len(batch) < replayPage && !cut || len(batch) > 0 && batch[len(batch)-1].Sequence >= seq {
+			break
+		}
+	}
+	k.pos = max(k.pos, seq)
+	if len(k.live) == 0 {
+		k.unsaved = 0
+		if err := k.save(ctx); err != nil {
+			c.Logger.Error("save consumer cursor", "colonia", k.colonia, "err", err)
 			return false
 		}
 	}

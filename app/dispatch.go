@@ -71,6 +71,11 @@ type Dispatcher struct {
 	Sender Sender
 	// Signals are test hooks; see DispatchSignals.
 	Signals DispatchSignals
+	// Leader, when set, keeps the periodic duties (the reaper, the purges,
+	// auto-disable) to the elected replica (SPEC 12); nil runs them here.
+	// Claims, sends and the sweep for rows coming due stay on every
+	// replica.
+	Leader *Leader
 
 	running atomic.Bool
 	turn    int // rotates who gets the first claim
@@ -212,6 +217,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Logger.Warn("resumed deliveries that were in flight when the last process stopped", "n", n)
 		}
 	}
+	defer d.followShared(ctx)() // what other replicas change: circuits, the cadastro
 	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]heldRow{}, wantClaim: true,
 		flush: time.NewTimer(roundDelay)}
 	st.flush.Stop()
@@ -351,6 +357,8 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 		asked += q.N
 	}
 	go func() {
+		saved := d.saveCircuits(ctx) // beside the round: the writer usually commits both at once
+		defer saved()
 		rec := round{batch: batch, at: d.Now(), asked: asked}
 		if len(batch) == 0 {
 			rec.claimed, rec.err = d.Store.ClaimDeliveries(ctx, d.Worker, rec.at, d.Lease, quotas)
@@ -416,6 +424,10 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		if at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond); !r.Deferred && at.After(now) {
 			now = at
 		}
+	}
+	if len(rec.failing) > 0 && !d.Leader.Leading() {
+		// The leader disables: two replicas must not both do it and audit it.
+		rec.failing = nil
 	}
 	for id, since := range rec.failing {
 		// Checked at a failure, so the last failure is now: both the 120 h
@@ -544,6 +556,12 @@ func (d *Dispatcher) quotas(st *dispatch) []Quota {
 }
 
 func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
+	// Only the leader's, and only while it leads: losing the term ends ctx.
+	ctx, release, ok := d.Leader.duty(ctx)
+	defer release()
+	if !ok {
+		return
+	}
 	if n, err := d.Store.ReapDeliveries(ctx, now, MaxQuedas); err != nil {
 		d.Logger.Error("reap expired leases", "err", err)
 	} else if n > 0 {

@@ -35,8 +35,8 @@ type Integrator struct {
 	UltimoSucesso *time.Time `json:"ultimo_sucesso,omitempty"`
 	CriadoEm      time.Time  `json:"criado_em"`
 	AtualizadoEm  time.Time  `json:"atualizado_em"`
-	// Circuito is its circuit breaker now; not stored (the dispatcher keeps
-	// it in memory), filled in by Get and List.
+	// Circuito is its circuit breaker now, as every replica shares it
+	// (breaker.go), filled in by Get and List.
 	Circuito *Circuit `json:"circuito,omitempty"`
 	// Saude is the last hour of its deliveries and its backlog, filled in
 	// by Get and List.
@@ -96,6 +96,8 @@ type IntegratorSecrets struct {
 // Each change writes its audit entry (nil: none) in its own transaction.
 type IntegratorStore interface {
 	AuditLog
+	CircuitStore
+	CadastroVersioner
 	InsertIntegrator(ctx context.Context, in Integrator, sealedSecret []byte, apiKeyHash string, audit *AuditEntry) error
 	Integrators(ctx context.Context) ([]Integrator, error)
 	UpdateIntegrator(ctx context.Context, in Integrator, audit *AuditEntry) error
@@ -122,7 +124,11 @@ const (
 var eventPattern = regexp.MustCompile(`^(\*|[a-z][a-z0-9-]*:(\*|[a-z][a-z0-9-]*))$`)
 
 // Integrators manages the cadastro and keeps a snapshot in memory: routing
-// reads it on every publish.
+// reads it on every publish, and delivery opens each integrator's secrets
+// once. A change made by another replica (an integrator deactivated or
+// edited, a secret rotated) reaches the snapshot when Follow next sees the
+// store's cadastro version move: within SharedRefresh. An API key replaced
+// anywhere stops at once everywhere: Authenticate reads the store.
 type Integrators struct {
 	Store  IntegratorStore
 	Sealer *Sealer
@@ -138,6 +144,10 @@ type Integrators struct {
 	// rotations counts secret rotations, so that secrets read before one
 	// are not cached after it.
 	rotations uint64
+	version   int64 // the store's cadastro version the snapshot was read at
+	// circuitChanged is told of circuits opened or closed here because
+	// another process changed them (the dispatcher's, set by Follow).
+	circuitChanged func(CircuitChange)
 }
 
 type openSecrets struct {
@@ -147,12 +157,25 @@ type openSecrets struct {
 
 // Load reads every integrator into the snapshot.
 func (s *Integrators) Load(ctx context.Context) error {
+	// The version first: a change committed between the two reads makes
+	// the next check read everything again, rather than be missed.
+	v, err := s.Store.CadastroVersion(ctx)
+	if err != nil {
+		return err
+	}
 	all, err := s.Store.Integrators(ctx)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.all = all
+	// Two loads at once (Follow's and a change's) may end in either
+	// order: the one that read an older version must not put its older
+	// snapshot back. One of the same version may hold less than the other,
+	// but then a later change moved the version, and the next check loads
+	// again.
+	if v >= s.version {
+		s.all, s.version = all, v
+	}
 	s.mu.Unlock()
 	s.healths.mu.Lock()
 	if s.healths.started.IsZero() {
@@ -162,9 +185,86 @@ func (s *Integrators) Load(ctx context.Context) error {
 	return nil
 }
 
+// Follow keeps this process in step with what other replicas change, every
+// interval until ctx ends: the snapshot and the opened secrets are read
+// again when the cadastro's version moved, and the circuits other
+// processes opened or closed are adopted, each told to changed. A failed
+// read is told to failed and tried again at the next tick.
+func (s *Integrators) Follow(ctx context.Context, interval time.Duration, changed func(CircuitChange), failed func(error)) {
+	s.mu.Lock()
+	s.circuitChanged = changed
+	s.mu.Unlock()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh is one step of Follow.
+func (s *Integrators) refresh(ctx context.Context) error {
+	v, err := s.Store.CadastroVersion(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.RLock()
+	stale := v > s.version
+	s.mu.RUnlock()
+	if stale {
+		if err := s.Load(ctx); err != nil {
+			return err
+		}
+		// A secret rotated elsewhere: sign with the new one from now on.
+		s.mu.Lock()
+		clear(s.secrets)
+		s.rotations++
+		s.mu.Unlock()
+	}
+	return s.syncCircuits(ctx)
+}
+
+// syncCircuits adopts the circuits other processes wrote.
+func (s *Integrators) syncCircuits(ctx context.Context) error {
+	rows, err := s.Store.Circuits(ctx)
+	if err != nil {
+		return err
+	}
+	changes := s.circuits.adopt(rows, s.Now())
+	s.mu.RLock()
+	changed := s.circuitChanged
+	s.mu.RUnlock()
+	if changed != nil {
+		for _, c := range changes {
+			changed(c)
+		}
+	}
+	return nil
+}
+
+// saveCircuits writes circuits that opened or closed here (circuits.take);
+// on failure they wait for the next write.
+func (s *Integrators) saveCircuits(ctx context.Context, cs []StoredCircuit) error {
+	if err := s.Store.SaveCircuits(ctx, cs); err != nil {
+		s.circuits.putBack(cs)
+		return err
+	}
+	return nil
+}
+
 // List returns every integrator, ordered by name, as stored now (the
-// snapshot may lag on the failing period the dispatcher records).
+// snapshot may lag on the failing period the dispatcher records), with the
+// circuit every replica shares.
 func (s *Integrators) List(ctx context.Context) ([]Integrator, error) {
+	if err := s.syncCircuits(ctx); err != nil {
+		return nil, err
+	}
 	all, err := s.Store.Integrators(ctx)
 	if err != nil {
 		return nil, err
@@ -210,6 +310,9 @@ func (s *Integrators) RefusedCallbacks() []Integrator {
 
 // Get returns one integrator as stored now, or ENotFound.
 func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
+	if err := s.syncCircuits(ctx); err != nil {
+		return Integrator{}, err
+	}
 	in, err := s.Store.Integrator(ctx, id)
 	if err == ErrNotFound {
 		return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
@@ -405,7 +508,8 @@ func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous
 	s.mu.RUnlock()
 	if !ok {
 		// Opened once per process: a delivery would otherwise pay a read
-		// and a decryption. Rotation replaces the entry.
+		// and a decryption. Rotation replaces the entry, here at once, on
+		// other replicas when Follow sees the cadastro change.
 		sealed, err := s.Store.IntegratorSecrets(ctx, id)
 		if err != nil {
 			return nil, nil, err

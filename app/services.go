@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,9 @@ type Store interface {
 	StatsStore
 	AuditStore
 	AttemptLog
+	SharedStore
+	LeaderStore
+	Wakeups
 	// OnCommit sets the one function called after each committed batch of
 	// appended events, outside the transaction; it must not block.
 	OnCommit(fn func([]Appended))
@@ -79,6 +83,11 @@ type Services struct {
 	Deliveries  *Deliveries
 	AuditTrail  *AuditTrail
 	Stats       *Stats
+	// Leader elects the replica that runs the periodic duties (SPEC 12):
+	// the dispatcher's reaper and purges, and auto-disable. On SQLite the
+	// store always grants it. The stats loop is no such duty: it samples
+	// into memory, for this replica's console, so every replica runs it.
+	Leader *Leader
 	// The console's live tails read the database themselves; these only
 	// wake them, without ever blocking a commit.
 	EventsChanged, AttemptsChanged *Notifier
@@ -87,6 +96,9 @@ type Services struct {
 	// Set by Start, used by Stop.
 	stop       context.CancelFunc
 	dispatched chan struct{}
+	led        <-chan struct{}
+	started    atomic.Bool // Remote wakes the services from then on
+	remoteSeen atomic.Bool // a first resync wake-up came (see Remote)
 	statsDone  chan struct{}
 	stopOnce   sync.Once
 }
@@ -145,13 +157,15 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		EventsChanged:   &Notifier{},
 		AttemptsChanged: &Notifier{},
 		dispatch:        !d.NoDispatch,
+		Leader:          &Leader{Store: db, Logger: d.Logger},
 	}
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
 		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
-		OnRecorded: s.AttemptsChanged.Notify}
+		OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
 	s.Deliveries = &Deliveries{Store: db, Dispatcher: s.Dispatcher, Now: d.Now}
 	db.OnCommit(s.Committed)
+	db.OnRemote(s.Remote)
 	return s, nil
 }
 
@@ -196,19 +210,22 @@ func (s *Services) Committed(batch []Appended) {
 }
 
 // Start runs the consumers (after their catch-up from the log, which Start
-// waits for), the dispatcher and the stats loop, until Stop or until ctx
-// ends: a SIGTERM stops the workers at once, during the start-up replay
-// too, and Start then returns ctx's error. Stop waits for them; call it
-// once Start was called, whatever Start returned.
+// waits for), the leader's elector (after its first try: a replica alone
+// on its database leads once Start returns), the dispatcher and the stats
+// loop, until Stop or until ctx ends: a SIGTERM stops the workers at once,
+// during the start-up replay too, and Start then returns ctx's error. Stop
+// waits for them; call it once Start was called, whatever Start returned.
 func (s *Services) Start(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(ctx)
 	s.stop = stop
+	s.started.Store(true)
 	if err := s.Consumers.Start(runCtx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err
 	}
+	s.led = s.Leader.Start(runCtx)
 	if s.dispatch {
 		s.dispatched = make(chan struct{})
 		go func() {
@@ -226,16 +243,20 @@ func (s *Services) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops what Start started and waits for it, in this order: the stats
-// loop, the dispatcher (in-flight deliveries finish or release their
-// leases), then the consumers. The store stays open: its owner closes it
-// after Stop.
+// Stop stops what Start started and waits for it, in this order: the
+// elector (it resigns, so another replica takes the duties over at once),
+// the stats loop, the dispatcher (in-flight deliveries finish or release
+// their leases), then the consumers. The store stays open: its owner
+// closes it after Stop.
 func (s *Services) Stop() {
 	s.stopOnce.Do(func() {
 		if s.stop == nil {
 			return
 		}
 		s.stop()
+		if s.led != nil {
+			<-s.led
+		}
 		if s.statsDone != nil {
 			<-s.statsDone
 		}

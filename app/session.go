@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -65,15 +63,13 @@ type Sessions struct {
 	Store interface {
 		AuthStore
 		SessionStore
+		LoginLimitStore
 	}
 	Now func() time.Time
 	// CSRFKey signs the CSRF token of each session (see DeriveCSRFKey).
 	CSRFKey []byte
 	// TTL is how long a session lasts; default DefaultSessionTTL.
 	TTL time.Duration
-
-	mu       sync.Mutex
-	failures map[string][]time.Time // "ip:…" or "login:…" → recent failures
 }
 
 // dummyHash is compared against when a login does not exist, so a wrong
@@ -100,7 +96,11 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	// success gives the login's slot back.
 	// A rate-limited attempt is not recorded: it checked no password, and
 	// anyone could fill the trail with them. Every attempt that did is.
-	if wait := s.reserve(keys, now); wait > 0 {
+	attempt, wait, err := s.reserve(ctx, keys, now)
+	if err != nil {
+		return "", Operator{}, err
+	}
+	if wait > 0 {
 		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: fmt.Sprintf("muitas tentativas de login; tente de novo em %d minutos", int(wait.Minutes())+1)}
 	}
@@ -120,7 +120,10 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 		s.loginFailed(ctx, who, "senha incorreta")
 		return "", Operator{}, errBadLogin
 	}
-	s.release(keys, now) // the right password: no guess to count
+	// The right password: no guess to count.
+	if err := s.release(ctx, attempt, keys); err != nil {
+		return "", Operator{}, err
+	}
 	if !o.Ativo {
 		s.loginFailed(ctx, who, "conta desativada")
 		// Said only to whoever knows the password: the owner, who should
@@ -164,113 +167,28 @@ func (s *Sessions) loginFailed(ctx context.Context, who Actor, why string) {
 	s.Store.AppendAudit(context.WithoutCancel(ctx), *e)
 }
 
-// maxLoginKeys bounds the rate limiter's table: past it, the oldest
-// counters are forgotten first.
-const maxLoginKeys = 10_000
-
 // reserve counts an attempt for every key, unless one of them already holds
-// loginMaxFailures attempts within the window: then it says how long to wait.
-func (s *Sessions) reserve(keys []string, now time.Time) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failures == nil {
-		s.failures = map[string][]time.Time{}
-	}
-	var wait time.Duration
-	for _, k := range keys {
-		recent := s.recent(k, now)
-		if len(recent) >= loginMaxFailures {
-			wait = max(wait, recent[0].Add(loginWindow).Sub(now))
-		}
-	}
-	if wait > 0 {
-		return wait
-	}
-	if len(s.failures) >= maxLoginKeys {
-		s.evict(now)
-	}
-	for _, k := range keys {
-		s.failures[k] = append(s.failures[k], now)
-	}
-	return 0
+// loginMaxFailures attempts within the window: then it says how long to
+// wait. The counts are the database's, so every replica behind the load
+// balancer counts the same attempts: failures spread over replicas lock
+// the login as they would on one.
+func (s *Sessions) reserve(ctx context.Context, keys []string, now time.Time) (string, time.Duration, error) {
+	return s.Store.ReserveLoginAttempt(ctx, keys, now, loginWindow, loginMaxFailures)
 }
 
 // release gives back the attempt reserve counted for a login that
 // succeeded: the address keeps its earlier failures, the login's are
 // forgiven.
-func (s *Sessions) release(keys []string, at time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Sessions) release(ctx context.Context, id string, keys []string) error {
+	var forgive []string
 	for _, k := range keys {
 		if strings.HasPrefix(k, "login:") {
-			delete(s.failures, k)
-			continue
-		}
-		ts := s.failures[k]
-		for i := len(ts) - 1; i >= 0; i-- {
-			if ts[i].Equal(at) {
-				s.failures[k] = append(ts[:i:i], ts[i+1:]...)
-				break
-			}
-		}
-		if len(s.failures[k]) == 0 {
-			delete(s.failures, k)
+			forgive = append(forgive, k)
 		}
 	}
-}
-
-// evict drops expired counters and, if that is not enough, half the rest:
-// addresses before logins, and logins with fewer failures first, so a flood
-// of new addresses (or of new logins) cannot wipe the count on the account
-// it is guessing at.
-func (s *Sessions) evict(now time.Time) {
-	for k := range s.failures {
-		s.recent(k, now)
-	}
-	if len(s.failures) < maxLoginKeys {
-		return
-	}
-	type entry struct {
-		k        string
-		login    bool
-		failures int
-		last     time.Time
-	}
-	all := make([]entry, 0, len(s.failures))
-	for k, ts := range s.failures {
-		all = append(all, entry{k, strings.HasPrefix(k, "login:"), len(ts), ts[len(ts)-1]})
-	}
-	slices.SortFunc(all, func(a, b entry) int {
-		switch {
-		case a.login != b.login:
-			if a.login {
-				return 1
-			}
-			return -1
-		case a.failures != b.failures:
-			return a.failures - b.failures
-		}
-		return a.last.Compare(b.last)
-	})
-	for _, e := range all[:len(all)/2] {
-		delete(s.failures, e.k)
-	}
-}
-
-// recent drops failures older than the window; s.mu is held.
-func (s *Sessions) recent(key string, now time.Time) []time.Time {
-	ts := s.failures[key]
-	i := 0
-	for i < len(ts) && now.Sub(ts[i]) >= loginWindow {
-		i++
-	}
-	ts = ts[i:]
-	if len(ts) == 0 {
-		delete(s.failures, key)
-	} else {
-		s.failures[key] = ts
-	}
-	return ts
+	// Not the caller's context: a client that hangs up right after the
+	// right password must not leave the guess counted.
+	return s.Store.ReleaseLoginAttempt(context.WithoutCancel(ctx), id, forgive)
 }
 
 // Resolve returns the operator of a live session.
@@ -325,7 +243,11 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	// around it.
 	now := s.Now()
 	keys := []string{"login:" + o.Login}
-	if wait := s.reserve(keys, now); wait > 0 {
+	attempt, wait, err := s.reserve(ctx, keys, now)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
 		return &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: fmt.Sprintf("muitas tentativas com a senha atual errada; tente de novo em %d minutos", int(wait.Minutes())+1)}
 	}
@@ -337,7 +259,9 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 		return &Error{Code: EInvalid, Message: "senha atual incorreta",
 			Details: []Detail{{"/atual", "senha atual incorreta"}}}
 	}
-	s.release(keys, now)
+	if err := s.release(ctx, attempt, keys); err != nil {
+		return err
+	}
 	if err := checkPassword("/nova", nova); err != nil {
 		return err
 	}
@@ -353,8 +277,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 // given by an admin on /operadores (actorID, who must still be an active
 // admin when it commits) or by whoever runs the server (geohub operator
 // reset-password, actorID ""). The person should change it at
-// /conta/senha. Failed logins counted against the account are forgiven, in
-// this process.
+// /conta/senha. Failed logins counted against the account are forgiven.
 func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator) (_ string, err error) {
 	audit := NewAudit(ctx, AcaoOperadorSenhaRedefinir, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
 	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
@@ -370,7 +293,10 @@ func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator
 	if err != nil {
 		return "", err
 	}
-	s.release([]string{"login:" + o.Login}, s.Now())
+	// Forgiven on every replica: the counts are the database's.
+	if err := s.Store.ReleaseLoginAttempt(context.WithoutCancel(ctx), "", []string{"login:" + o.Login}); err != nil {
+		return "", err
+	}
 	return senha, nil
 }
 

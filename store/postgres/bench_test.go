@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/store/postgres"
 	"geohub/store/storetest"
 )
 
@@ -25,6 +26,10 @@ import (
 // Arms (b.N is the total of events, spread over the publishers):
 //
 //	append-N               Append of one event by N concurrent publishers (group commit)
+//	append-outbox-N        the same, each event with one delivery in an aggregate of two
+//	                       (owner look-up and per-aggregate sequence: the enqueue work)
+//	append-outbox-3x32     the same on three replicas of one database, 32 publishers each:
+//	                       their group commits take turns at log_head's lock
 //	raw-autocommit-N       N connections, each INSERTing one row per transaction
 //	raw-batched-64         one connection, 64 INSERTs per transaction, pipelined
 //
@@ -43,6 +48,44 @@ func BenchmarkAppend(b *testing.B) {
 			})
 		})
 	}
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("append-outbox-%d", n), func(b *testing.B) {
+			db := open(b, freshDatabase(b))
+			ctx := context.Background()
+			in := storetest.NewIntegrator("int-1", time.Now())
+			if err := db.InsertIntegrator(ctx, in, []byte("s"), "hash-1", nil); err != nil {
+				b.Fatal(err)
+			}
+			var k atomic.Int64
+			benchSpread(b, n, func() error {
+				ev := storetest.NewEvent("jornada:iniciada")
+				ev.Agregado, ev.Payload = fmt.Sprintf("jornada:%d", k.Add(1)/2), payload
+				out := &app.Outbox{Body: payload, Agregado: ev.Agregado, Claim: "int-1", NeedsOwner: true,
+					Recipients: func(owner string) []string { return []string{owner} }}
+				_, err := db.Append(ctx, []app.Pending{{Event: ev, Outbox: out}})
+				return err
+			})
+		})
+	}
+	b.Run("append-outbox-3x32", func(b *testing.B) {
+		url := freshDatabase(b)
+		replicas := []*postgres.DB{open(b, url), open(b, url), open(b, url)}
+		ctx := context.Background()
+		in := storetest.NewIntegrator("int-1", time.Now())
+		if err := replicas[0].InsertIntegrator(ctx, in, []byte("s"), "hash-1", nil); err != nil {
+			b.Fatal(err)
+		}
+		var k atomic.Int64
+		benchSpread(b, 96, func() error {
+			n := k.Add(1)
+			ev := storetest.NewEvent("jornada:iniciada")
+			ev.Agregado, ev.Payload = fmt.Sprintf("jornada:%d", n/2), payload
+			out := &app.Outbox{Body: payload, Agregado: ev.Agregado, Claim: "int-1", NeedsOwner: true,
+				Recipients: func(owner string) []string { return []string{owner} }}
+			_, err := replicas[n%3].Append(ctx, []app.Pending{{Event: ev, Outbox: out}})
+			return err
+		})
+	})
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("raw-autocommit-%d", n), func(b *testing.B) {
 			url := freshDatabase(b)

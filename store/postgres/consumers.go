@@ -33,8 +33,8 @@ func (db *DB) Cursors(ctx context.Context, colonia string) (map[string]int64, er
 
 // SeedCursor implements app.ConsumerStore.
 func (db *DB) SeedCursor(ctx context.Context, colonia, tipo string, seq int64) error {
-	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(bg, `INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
+	return db.locked(ctx, []lockKey{key("cursor", colonia, tipo)}, func(tx *wtx) error {
+		_, err := tx.Exec(tx.ctx, `INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
 			VALUES ($1, $2, $3, $4) ON CONFLICT (colonia, tipo) DO NOTHING`, colonia, tipo, seq, ms(db.now()))
 		return err
 	})
@@ -44,7 +44,8 @@ func (db *DB) SeedCursor(ctx context.Context, colonia, tipo string, seq int64) e
 // first open failure of its colonia and tipo (one seek of
 // dead_letter_queue_open_tipo_idx), and never backwards. The row lock the
 // UPDATE takes serialises replicas advancing the same cursor; greatest
-// then compares with the value the other one committed.
+// then compares with the value the other one committed. Each cursor's key
+// (writer.go) puts the rows of every batch in one lock order.
 const advanceCursorSQL = `UPDATE consumer_cursor SET
 	last_sequence = greatest(last_sequence, least($3::bigint, coalesce((SELECT min(d.sequence_number) - 1
 		FROM dead_letter_queue d WHERE d.status IN ('pendente', 'retrying')
@@ -59,10 +60,14 @@ func (db *DB) AdvanceCursors(ctx context.Context, colonia string, seqs map[strin
 	for t := range seqs {
 		tipos = append(tipos, t)
 	}
-	sort.Strings(tipos) // one lock order for every caller
-	return db.do(ctx, func(tx *wtx) error {
+	sort.Strings(tipos)
+	keys := make([]lockKey, len(tipos))
+	for i, t := range tipos {
+		keys[i] = key("cursor", colonia, t)
+	}
+	return db.locked(ctx, keys, func(tx *wtx) error {
 		for _, tipo := range tipos {
-			if _, err := tx.Exec(bg, advanceCursorSQL, colonia, tipo, seqs[tipo], ms(db.now())); err != nil {
+			if _, err := tx.Exec(tx.ctx, advanceCursorSQL, colonia, tipo, seqs[tipo], ms(db.now())); err != nil {
 				return fmt.Errorf("advance cursor %s: %w", tipo, err)
 			}
 		}
@@ -85,8 +90,8 @@ const recordFailureSQL = `INSERT INTO dead_letter_queue AS d (event_id, sequence
 
 // RecordFailure implements app.ConsumerStore.
 func (db *DB) RecordFailure(ctx context.Context, e app.DLQEntry) error {
-	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(bg, recordFailureSQL, e.EventID, e.Sequence, e.Tipo, e.Colonia, e.HandlerNome,
+	return db.locked(ctx, []lockKey{key("dlq", e.EventID, e.Colonia)}, func(tx *wtx) error {
+		_, err := tx.Exec(tx.ctx, recordFailureSQL, e.EventID, e.Sequence, e.Tipo, e.Colonia, e.HandlerNome,
 			e.MensagemErro, e.PilhaErro, ms(e.UltimaTentativa), ms(e.CriadoEm), app.MaxDLQAttempts)
 		return err
 	})
@@ -94,13 +99,13 @@ func (db *DB) RecordFailure(ctx context.Context, e app.DLQEntry) error {
 
 // SetDLQStatus implements app.ConsumerStore.
 func (db *DB) SetDLQStatus(ctx context.Context, eventID, colonia, status string) error {
-	return db.do(ctx, func(tx *wtx) error {
+	return db.locked(ctx, []lockKey{key("dlq", eventID, colonia)}, func(tx *wtx) error {
 		var resolved *int64
 		if status == app.DLQResolved || status == app.DLQFailedPermanent {
 			v := ms(db.now())
 			resolved = &v
 		}
-		tag, err := tx.Exec(bg, `UPDATE dead_letter_queue SET status = $1, resolvido_em = $2
+		tag, err := tx.Exec(tx.ctx, `UPDATE dead_letter_queue SET status = $1, resolvido_em = $2
 			WHERE event_id = $3 AND colonia = $4`, status, resolved, eventID, colonia)
 		if err != nil {
 			return err

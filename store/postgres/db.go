@@ -42,6 +42,10 @@ type DB struct {
 	once   sync.Once
 	hookMu sync.RWMutex
 	hook   func([]app.Appended)
+	hooks  hooks // tests' (writer.go)
+
+	batchTimeout time.Duration
+	notify       notifier // the other replicas' wake-ups (notify.go)
 }
 
 // Options tune Open.
@@ -49,21 +53,50 @@ type Options struct {
 	Now      func() time.Time // clock; default time.Now
 	MaxBatch int              // most operations in one group commit; default 512
 	MaxReads int              // reader pool size; default max(4, 2*GOMAXPROCS)
+	// LockTimeout bounds every lock wait of every statement (lock_timeout):
+	// a wait that long retries the batch (see retryable); default 5 s.
+	LockTimeout time.Duration
+	// BatchTimeout is the deadline of one run of a group commit: past it
+	// the batch fails with code indisponivel and nothing of it is
+	// committed; default 15 s.
+	BatchTimeout time.Duration
 }
 
 // settings are set on every connection, in its startup packet, so that no
 // server or role default can weaken them: an acknowledged append is on
-// disk (SPEC 11), and every timestamp the server itself reads is UTC. A
-// transaction left open by a replica that hangs (not one that dies: its
-// connection closes and the server rolls it back) would keep log_head's
-// lock and stop every replica's appends; the server ends it after the idle
-// timeout, far above the milliseconds a group commit holds it.
+// disk (SPEC 11), and every timestamp the server itself reads is UTC.
+//
+// A replica whose link to the database hangs must fail, not hang, and must
+// not keep the locks every replica queues for (log_head's): its batch has
+// a deadline (Options.BatchTimeout), each lock wait a bound (lock_timeout,
+// from Options.LockTimeout), and both ends of the connection give up on a
+// silent peer: the client through TCP keepalives and TCP_USER_TIMEOUT on
+// its socket (dial), the server through the same settings on its own (the
+// tcp_* below; ignored over a Unix socket, where a hang is not the
+// network's). A transaction left open by a replica that hangs (not one
+// that dies: its connection closes and the server rolls it back) is ended
+// by the server after the idle timeout, far above the milliseconds a group
+// commit holds its locks.
 var settings = map[string]string{
 	"synchronous_commit":                  "on",
 	"TimeZone":                            "UTC",
 	"application_name":                    "geohub",
 	"idle_in_transaction_session_timeout": "15s",
+	"tcp_keepalives_idle":                 "10",
+	"tcp_keepalives_interval":             "5",
+	"tcp_keepalives_count":                "3",
+	"tcp_user_timeout":                    "20000", // milliseconds
 }
+
+// The client side of a silent link: keepalives from 10 s idle, every 5 s,
+// 3 lost; and unacknowledged data dropped after 20 s (userTimeout).
+const (
+	keepAliveIdle     = 10 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+	userTimeout       = 20 * time.Second
+	connectTimeout    = 5 * time.Second // unless the URL's connect_timeout says otherwise
+)
 
 // Open connects to the database at url, applies pending migrations and
 // starts the writer.
@@ -77,7 +110,14 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 	if opt.MaxReads == 0 {
 		opt.MaxReads = max(4, runtime.GOMAXPROCS(0)*2)
 	}
-	w, err := pool(ctx, url, 1)
+	if opt.LockTimeout == 0 {
+		opt.LockTimeout = 5 * time.Second
+	}
+	if opt.BatchTimeout == 0 {
+		opt.BatchTimeout = 15 * time.Second
+	}
+	lockTimeout := strconv.FormatInt(opt.LockTimeout.Milliseconds(), 10) + "ms"
+	w, err := openPool(ctx, url, 1, lockTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -85,18 +125,24 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		w.Close()
 		return nil, err
 	}
-	r, err := pool(ctx, url, opt.MaxReads)
+	r, err := openPool(ctx, url, opt.MaxReads, lockTimeout)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
-	db := &DB{now: opt.Now, write: w, read: r,
+	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	go db.writer(opt.MaxBatch)
 	return db, nil
 }
 
+// pool opens a pool of n connections with settings and the default lock
+// timeout.
 func pool(ctx context.Context, url string, n int) (*pgxpool.Pool, error) {
+	return openPool(ctx, url, n, "5000ms")
+}
+
+func openPool(ctx context.Context, url string, n int, lockTimeout string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -104,6 +150,11 @@ func pool(ctx context.Context, url string, n int) (*pgxpool.Pool, error) {
 	for k, v := range settings {
 		cfg.ConnConfig.RuntimeParams[k] = v
 	}
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = lockTimeout
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	cfg.ConnConfig.DialFunc = dialer(cfg.ConnConfig.ConnectTimeout).DialContext
 	cfg.MaxConns, cfg.MinConns = int32(n), 0
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -131,6 +182,7 @@ func (db *DB) Close() error {
 	db.once.Do(func() {
 		close(db.stop)
 		<-db.done
+		db.notify.stop()
 		db.read.Close()
 		db.write.Close()
 	})
@@ -183,6 +235,10 @@ func migrate(ctx context.Context, p *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback(ctx)
+	// A replica waits for another's migration as long as it takes.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
 		return fmt.Errorf("migrate: lock: %w", err)
 	}

@@ -20,15 +20,61 @@ const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp,
 	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
 // insertEventSQL inserts one event with the sequence number the writer
-// gives it. The conflict clause only meets an event inserted earlier in
-// this same transaction: every event is inserted under log_head's lock, so
-// no other transaction can be inserting one meanwhile, and an event_id
-// committed before the lock was granted is found here too (the statement's
-// snapshot is newer than that commit).
+// gives it. Its conflict clause meets only an event another replica
+// committed after this batch looked for it (Append's main phase): every
+// event is inserted under log_head's lock, so no other transaction is
+// inserting one meanwhile, and one committed before the lock was granted
+// is visible to this statement. No row back is errRaced, and the batch
+// runs again.
 const insertEventSQL = `INSERT INTO event_log (sequence_number, event_id, tipo, versao_schema,
 		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-		ON CONFLICT (event_id) DO NOTHING`
+		ON CONFLICT (event_id) DO NOTHING RETURNING 1`
+
+// insertOutboxSQL writes one delivery and its body in one statement.
+const insertOutboxSQL = `WITH o AS (INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
+			sequencia, proxima_tentativa, criado_em) VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING id)
+		INSERT INTO outbox_corpo (outbox_id, corpo) SELECT id, $8 FROM o`
+
+// ownerSQL claims the aggregate for $2 unless it has an owner (or $2 is
+// empty) and reads its owner: the claim's row when it inserted one (the
+// outer SELECT's snapshot does not see it), the stored row otherwise, no
+// row when it has none.
+const ownerSQL = `WITH c AS (INSERT INTO aggregate_owner (agregado, integrador_id, criado_em)
+			SELECT $1, $2, $3 WHERE $2 <> '' ON CONFLICT (agregado) DO NOTHING RETURNING integrador_id)
+		SELECT integrador_id FROM c UNION ALL SELECT integrador_id FROM aggregate_owner WHERE agregado = $1`
+
+// nextSequenceSQL gives the next gapless X-Geohub-Sequencia of an
+// (integrator, aggregate).
+const nextSequenceSQL = `INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES ($1, $2, 1)
+		ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = outbox_sequence.ultima + 1
+		RETURNING ultima`
+
+// plannedEvent is an event a batch inserts: planned in Append's main
+// phase, numbered and written in its seq phase.
+type plannedEvent struct {
+	op    int // the batch's operation that inserts it
+	ev    app.Event
+	full  json.RawMessage
+	audit *app.AuditEntry
+	out   *app.Outbox
+	rows  []plannedRow
+}
+
+type plannedRow struct {
+	integrador string
+	sequencia  int64
+}
+
+// unplan forgets the events operation i planned: its main phase failed
+// and was rolled back to its savepoint.
+func (tx *wtx) unplan(i int) {
+	for id, p := range tx.planned {
+		if p.op == i {
+			delete(tx.planned, id)
+		}
+	}
+}
 
 // Append implements app.EventLog: the batch is one writer operation, so it
 // commits or fails as a whole.
@@ -39,78 +85,161 @@ const insertEventSQL = `INSERT INTO event_log (sequence_number, event_id, tipo, 
 // would skip n forever. A PostgreSQL sequence gives numbers when nextval
 // runs, not when the transaction commits: two replicas can take 7 and 8
 // and commit 8 first. So the numbers come from a counter row, log_head,
-// whose row lock the writer takes (lockHead) before the operation's first
-// event and keeps until COMMIT: a transaction that gives sequence numbers
-// waits for the previous one to commit (and become visible, which
-// PostgreSQL does before it releases locks) and then continues from its
-// last number. Commits that give numbers are thereby serialised in the
-// order of their numbers, and the numbers stay gapless (a rolled-back
-// operation gives its numbers back, see run). The price is that the
-// replicas' group commits take turns; group commit keeps that one WAL
-// flush per batch, not per event. Idempotency is checked under the same
-// lock, so two replicas appending one event_id store it once, without a
-// unique-violation race.
+// whose row lock the writer takes in the batch's seq phase and keeps until
+// COMMIT: a transaction that gives sequence numbers waits for the previous
+// one to commit (and become visible, which PostgreSQL does before it
+// releases locks) and then continues from its last number. Commits that
+// give numbers are thereby serialised in the order of their numbers, and
+// the numbers stay gapless (a failed operation gives its numbers back:
+// the batch runs again without it). The price is that the replicas' group
+// commits take turns; group commit keeps that one WAL flush per batch, not
+// per event.
+//
+// So that the turn is short, what does not need the sequence runs before
+// the lock, in the main phase: the look-up of event_ids already stored
+// (idempotency), the aggregates' owners and their per-integrator
+// sequences, serialised across replicas by the aggregates' keys. Under the
+// lock, the events, their audit entries and their outbox rows go in one
+// round trip. An event_id another replica committed in between fails its
+// insert (errRaced): the batch runs again and finds it, so two replicas
+// appending one event_id store it once.
 func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, error) {
 	out := make([]app.Stored, len(batch))
-	err := db.doSeq(ctx, func(tx *wtx) error {
-		now := db.now()
-		for i, p := range batch {
-			stored, created, err := tx.appendEvent(p.Event, p.Full, now)
+	var keys []lockKey
+	for _, p := range batch {
+		if p.Outbox != nil {
+			keys = append(keys, key("aggregate", p.Outbox.Agregado))
+		}
+	}
+	plans := make([]*plannedEvent, len(batch)) // nil: stored before
+	first := make([]bool, len(batch))          // this pending inserts its plan
+	var now time.Time
+	main := func(tx *wtx) error {
+		now = db.now()
+		clear(plans)
+		clear(first)
+		var ids []string
+		for _, p := range batch {
+			if tx.planned[p.Event.EventID] == nil {
+				ids = append(ids, p.Event.EventID)
+			}
+		}
+		stored := map[string]app.Event{}
+		if len(ids) > 0 {
+			rows, err := tx.Query(tx.ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ANY($1)`, ids)
 			if err != nil {
-				return err
+				return fmt.Errorf("look up events: %w", err)
 			}
-			out[i] = app.Stored{Event: stored, Created: created}
-			if created {
-				if err := tx.audit(p.Audit, ms(now)); err != nil {
-					return err
-				}
+			evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Event, error) { return scanEvent(r) })
+			if err != nil {
+				return fmt.Errorf("look up events: %w", err)
 			}
-			if !created || p.Outbox == nil {
+			for _, ev := range evs {
+				stored[ev.EventID] = ev
+			}
+		}
+		var owned []*plannedEvent
+		for i, p := range batch {
+			id := p.Event.EventID
+			if ev, ok := stored[id]; ok {
+				out[i] = app.Stored{Event: ev}
 				continue
 			}
-			n, err := tx.enqueue(stored, p.Outbox, now)
-			if err != nil {
-				return err
+			if pl := tx.planned[id]; pl != nil {
+				plans[i] = pl // a duplicate of an event this batch inserts
+				continue
 			}
-			tx.appended[len(tx.appended)-1].Deliveries = n
+			pl := &plannedEvent{op: tx.op, ev: p.Event, full: p.Full, audit: p.Audit, out: p.Outbox}
+			tx.planned[id], plans[i], first[i] = pl, pl, true
+			if p.Outbox != nil && p.Outbox.NeedsOwner {
+				owned = append(owned, pl)
+			}
+		}
+		owners := make(map[*plannedEvent]string, len(owned))
+		if len(owned) > 0 {
+			p := &pipe{}
+			for _, pl := range owned {
+				p.queryRow(func(r pgx.Row) error {
+					var owner string
+					err := r.Scan(&owner)
+					if isNoRows(err) {
+						err = nil
+					}
+					owners[pl] = owner
+					return err
+				}, ownerSQL, pl.out.Agregado, pl.out.Claim, ms(now))
+			}
+			if _, err := p.send(tx); err != nil {
+				return fmt.Errorf("read aggregate owner: %w", err)
+			}
+		}
+		p := &pipe{}
+		for i, pl := range plans {
+			if !first[i] || pl.out == nil {
+				continue
+			}
+			for _, id := range pl.out.Recipients(owners[pl]) {
+				pl.rows = append(pl.rows, plannedRow{integrador: id})
+			}
+			for j := range pl.rows {
+				p.queryRow(func(r pgx.Row) error { return r.Scan(&pl.rows[j].sequencia) },
+					nextSequenceSQL, pl.rows[j].integrador, pl.out.Agregado)
+			}
+		}
+		if _, err := p.send(tx); err != nil {
+			return fmt.Errorf("next sequence: %w", err)
 		}
 		return nil
-	})
-	if err != nil {
+	}
+	seq := func(tx *wtx, p *pipe) error {
+		criado := ms(now)
+		for i, pl := range plans {
+			if !first[i] {
+				continue
+			}
+			tx.head++
+			ev := pl.ev
+			ev.Sequence, ev.CriadoEm, ev.Timestamp = tx.head, fromMS(criado), fromMS(ms(ev.Timestamp))
+			pl.ev = ev
+			var autoriaID, autoriaTipo string
+			if ev.Autoria != nil {
+				autoriaID, autoriaTipo = ev.Autoria.ID, ev.Autoria.Tipo
+			}
+			p.queryRow(func(r pgx.Row) error {
+				var one int
+				if err := r.Scan(&one); isNoRows(err) {
+					return errRaced
+				} else if err != nil {
+					return fmt.Errorf("insert event: %w", err)
+				}
+				return nil
+			}, insertEventSQL, ev.Sequence, ev.EventID, ev.Tipo, ev.VersaoSchema, ms(ev.Timestamp),
+				ev.Origem, ev.CorrelacaoID, null(ev.Agregado), null(autoriaID), null(autoriaTipo),
+				null(ev.Solicitacao), string(ev.Payload), criado)
+			if pl.audit != nil {
+				args, err := auditArgs(pl.audit, criado)
+				if err != nil {
+					return err
+				}
+				p.exec(insertAuditSQL, args...)
+			}
+			for _, r := range pl.rows {
+				p.exec(insertOutboxSQL, ev.EventID, ev.Sequence, r.integrador, ev.Tipo, pl.out.Agregado, r.sequencia,
+					criado, pl.out.Body)
+			}
+			tx.appended = append(tx.appended, app.Appended{Event: ev, FullPayload: pl.full, Deliveries: len(pl.rows)})
+		}
+		for i, pl := range plans {
+			if pl != nil {
+				out[i] = app.Stored{Event: pl.ev, Created: first[i]}
+			}
+		}
+		return nil
+	}
+	if err := db.submit(ctx, &op{keys: keys, fn: main, seq: seq}); err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// appendEvent inserts ev with the next sequence number or, when its
-// event_id exists (also earlier in the same group transaction), returns
-// the stored record.
-func (tx *wtx) appendEvent(ev app.Event, full json.RawMessage, now time.Time) (app.Event, bool, error) {
-	var autoriaID, autoriaTipo string
-	if ev.Autoria != nil {
-		autoriaID, autoriaTipo = ev.Autoria.ID, ev.Autoria.Tipo
-	}
-	criado := now.UnixMilli()
-	seq := tx.head + 1
-	tag, err := tx.Exec(bg, insertEventSQL, seq, ev.EventID, ev.Tipo, ev.VersaoSchema, ms(ev.Timestamp),
-		ev.Origem, ev.CorrelacaoID, null(ev.Agregado), null(autoriaID), null(autoriaTipo),
-		null(ev.Solicitacao), string(ev.Payload), criado)
-	if err != nil {
-		return app.Event{}, false, fmt.Errorf("insert event: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		existing, err := scanEvent(tx.QueryRow(bg, `SELECT `+eventColumns+` FROM event_log WHERE event_id = $1`, ev.EventID))
-		if err != nil {
-			return app.Event{}, false, fmt.Errorf("read duplicate event: %w", err)
-		}
-		return existing, false, nil
-	}
-	tx.head = seq
-	ev.Sequence = seq
-	ev.CriadoEm = fromMS(criado)
-	ev.Timestamp = fromMS(ms(ev.Timestamp))
-	tx.appended = append(tx.appended, app.Appended{Event: ev, FullPayload: full})
-	return ev, true, nil
 }
 
 func scanEvent(row pgx.Row) (app.Event, error) {
@@ -293,60 +422,31 @@ func (tx *wtx) audit(e *app.AuditEntry, now int64) error {
 	if e == nil {
 		return nil
 	}
+	args, err := auditArgs(e, now)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(tx.ctx, insertAuditSQL, args...); err != nil {
+		return fmt.Errorf("append audit entry: %w", err)
+	}
+	return nil
+}
+
+// auditArgs are insertAuditSQL's arguments for e.
+func auditArgs(e *app.AuditEntry, now int64) ([]any, error) {
 	campos := e.Campos
 	if campos == nil {
 		campos = []app.AuditField{}
 	}
 	raw, err := json.Marshal(campos)
 	if err != nil {
-		return fmt.Errorf("encode audit fields: %w", err)
+		return nil, fmt.Errorf("encode audit fields: %w", err)
 	}
-	if _, err := tx.Exec(bg, insertAuditSQL, now, e.Quem.Tipo, e.Quem.ID, e.Quem.Nome, string(e.Quem.Papel), e.Endereco,
-		e.Acao, e.Alvo.Tipo, e.Alvo.ID, e.Alvo.Nome, string(raw), e.Resultado, string(e.Codigo), e.Detalhe); err != nil {
-		return fmt.Errorf("append audit entry: %w", err)
-	}
-	return nil
+	return []any{now, e.Quem.Tipo, e.Quem.ID, e.Quem.Nome, string(e.Quem.Papel), e.Endereco,
+		e.Acao, e.Alvo.Tipo, e.Alvo.ID, e.Alvo.Nome, string(raw), e.Resultado, string(e.Codigo), e.Detalhe}, nil
 }
 
 const insertAuditSQL = `INSERT INTO audit_log (em, quem_tipo, quem_id, quem_nome, quem_papel, endereco, acao,
 		alvo_tipo, alvo_id, alvo_nome, campos, resultado, codigo, detalhe)
 	VALUES (greatest($1::bigint, coalesce((SELECT em FROM audit_log ORDER BY id DESC LIMIT 1), $1::bigint)),
 		$2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
-
-// enqueue writes ev's outbox rows inside its append transaction, each with
-// the next gapless sequence of its (integrator, aggregate). It runs under
-// log_head's lock, which serialises it with every other replica's
-// enqueue: the owner it reads and the sequences it bumps are the latest.
-func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error) {
-	var owner string
-	if out.NeedsOwner {
-		if out.Claim != "" {
-			if _, err := tx.Exec(bg, `INSERT INTO aggregate_owner (agregado, integrador_id, criado_em)
-				VALUES ($1, $2, $3) ON CONFLICT (agregado) DO NOTHING`, out.Agregado, out.Claim, ms(now)); err != nil {
-				return 0, fmt.Errorf("claim aggregate: %w", err)
-			}
-		}
-		err := tx.QueryRow(bg, `SELECT integrador_id FROM aggregate_owner WHERE agregado = $1`, out.Agregado).Scan(&owner)
-		if err != nil && !isNoRows(err) {
-			return 0, fmt.Errorf("read aggregate owner: %w", err)
-		}
-	}
-	recipients := out.Recipients(owner)
-	for _, id := range recipients {
-		var seq, row int64
-		if err := tx.QueryRow(bg, `INSERT INTO outbox_sequence (integrador_id, agregado, ultima) VALUES ($1, $2, 1)
-			ON CONFLICT (integrador_id, agregado) DO UPDATE SET ultima = outbox_sequence.ultima + 1
-			RETURNING ultima`, id, out.Agregado).Scan(&seq); err != nil {
-			return 0, fmt.Errorf("next sequence: %w", err)
-		}
-		if err := tx.QueryRow(bg, `INSERT INTO outbox (event_id, sequence_number, integrador_id, tipo, agregado,
-			sequencia, proxima_tentativa, criado_em) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-			ev.EventID, ev.Sequence, id, ev.Tipo, out.Agregado, seq, ms(now), ms(now)).Scan(&row); err != nil {
-			return 0, fmt.Errorf("enqueue delivery: %w", err)
-		}
-		if _, err := tx.Exec(bg, `INSERT INTO outbox_corpo (outbox_id, corpo) VALUES ($1, $2)`, row, out.Body); err != nil {
-			return 0, fmt.Errorf("store delivery body: %w", err)
-		}
-	}
-	return len(recipients), nil
-}

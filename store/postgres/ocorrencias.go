@@ -22,8 +22,9 @@ var _ ocorrencia.ReadModel = (*DB)(nil)
 // fold was written, and then its despachos are replaced under that lock.
 // The first save of a row has no row to lock yet, and the upsert only
 // arbitrates on its primary key: two replicas inserting one ocorrência at
-// once would have the second fail on ocorrencia_id_key. So the save first
-// takes ocorrenciaLock on the row's key (see SaveOcorrencia).
+// once would have the second fail on ocorrencia_id_key. So the save
+// declares the row's key (writer.go), which its batch takes before any
+// statement runs, in one order with every other key of the batch.
 const saveOcorrenciaSQL = `INSERT INTO ocorrencia AS o (registrada_seq, id, natureza, status, integrador_id,
 		registrada_em, atualizada_em, versao, ultima_sequencia) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 	ON CONFLICT (registrada_seq) DO UPDATE SET status = excluded.status,
@@ -32,24 +33,13 @@ const saveOcorrenciaSQL = `INSERT INTO ocorrencia AS o (registrada_seq, id, natu
 		WHERE o.ultima_sequencia <= excluded.ultima_sequencia
 	RETURNING registrada_seq`
 
-// ocorrenciaLock is the class of the transaction-scoped advisory locks
-// (two-key form, a key space apart from the one-key locks) that serialise
-// saves of one ocorrência across replicas; the second key is a hash of
-// registrada_seq, so two rows rarely share a lock, and if they do one only
-// waits for the other's commit.
-const ocorrenciaLock int32 = 0x6f636f72 // "ocor"
-
 // SaveOcorrencia implements ocorrencia.ReadModel: the row and its despachos
 // are replaced together, unless the stored row already folded a later
 // event.
 func (db *DB) SaveOcorrencia(ctx context.Context, s ocorrencia.Summary) error {
-	return db.do(ctx, func(tx *wtx) error {
-		if _, err := tx.Exec(bg, `SELECT pg_advisory_xact_lock($1::int, hashint8($2))`,
-			ocorrenciaLock, s.Cursor); err != nil {
-			return fmt.Errorf("lock ocorrência: %w", err)
-		}
+	return db.locked(ctx, []lockKey{key("ocorrencia", strconv.FormatInt(s.Cursor, 10))}, func(tx *wtx) error {
 		var seq int64
-		err := tx.QueryRow(bg, saveOcorrenciaSQL, s.Cursor, s.ID, s.Natureza, s.Status, null(s.Integrador),
+		err := tx.QueryRow(tx.ctx, saveOcorrenciaSQL, s.Cursor, s.ID, s.Natureza, s.Status, null(s.Integrador),
 			ms(s.RegistradaEm), ms(s.AtualizadaEm), s.Versao, s.UltimaSequencia).Scan(&seq)
 		if isNoRows(err) {
 			return nil // the stored row is newer
@@ -57,11 +47,11 @@ func (db *DB) SaveOcorrencia(ctx context.Context, s ocorrencia.Summary) error {
 		if err != nil {
 			return fmt.Errorf("save ocorrência: %w", err)
 		}
-		if _, err := tx.Exec(bg, `DELETE FROM ocorrencia_despacho WHERE ocorrencia_seq = $1`, s.Cursor); err != nil {
+		if _, err := tx.Exec(tx.ctx, `DELETE FROM ocorrencia_despacho WHERE ocorrencia_seq = $1`, s.Cursor); err != nil {
 			return fmt.Errorf("save despachos: %w", err)
 		}
 		for i, d := range s.Despachos {
-			if _, err := tx.Exec(bg, `INSERT INTO ocorrencia_despacho (ocorrencia_seq, ordem, id, recurso, status)
+			if _, err := tx.Exec(tx.ctx, `INSERT INTO ocorrencia_despacho (ocorrencia_seq, ordem, id, recurso, status)
 				VALUES ($1, $2, $3, $4, $5)`, s.Cursor, i, d.ID, d.Recurso.Identificador, d.Status); err != nil {
 				return fmt.Errorf("save despachos: %w", err)
 			}

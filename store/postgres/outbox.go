@@ -95,8 +95,11 @@ const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 //  2. claimSQL, a new statement with a new snapshot, hence one that sees
 //     every claim committed by an earlier holder of these locks, checks
 //     the rule again for the locked candidates only and leases those that
-//     still pass, with FOR UPDATE SKIP LOCKED against the other writers of
-//     a pending row (a resend, a "Tentar agora").
+//     still pass, with FOR NO KEY UPDATE SKIP LOCKED against the other
+//     writers of a pending row (a "Tentar agora"). NO KEY: the claim
+//     changes no key, and FOR UPDATE would block the foreign-key checks
+//     (FOR KEY SHARE) of other replicas' inserts that reference the row,
+//     the attempts recorded under attempt_head's lock.
 //
 // Only claims turn a row processando, and every claim of an aggregate
 // holds its lock from before its check until its commit: no two claims of
@@ -105,18 +108,19 @@ const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 // processando, which holds the aggregate back (safe, and undone at the
 // next round). A hash collision only makes two aggregates take turns.
 //
-// Why not lock a row per aggregate? outbox_sequence would be the natural
-// one, but appends upsert it while holding log_head's lock, and a claim
-// transaction takes log_head later in its group commit (appends run last):
-// a claim holding outbox_sequence's lock and waiting for log_head, and an
-// append holding log_head and waiting for that row, would deadlock. The
-// try-lock never waits, so it adds no edge to the lock graph. Locks on
+// Why not wait for a lock per aggregate? The claim runs in the main phase
+// of a group commit (writer.go), where nothing may wait for another
+// replica beyond the batch's sorted keys: its locks are held until COMMIT,
+// past the waits for attempt_head and log_head. The try-lock never waits,
+// so it adds no edge to the lock graph. Locks on
 // outbox rows themselves would not do either: the row to guard (n+1) is
 // not the row whose state changed (n). It is a transaction lock, not a
 // session lock, so a pooler in transaction mode cannot leave it held.
 //
 // The candidates are the oldest due first (outbox_due_idx), as SQLite's,
-// and the lease is returned in that order.
+// and the lease is returned in that order. The lease ends by the
+// database's clock (lease_ate, see dbNowMS), which is the reaper's: a
+// replica whose clock runs ahead never takes another's live lease.
 const (
 	claimCandidatesSQL = `WITH c AS MATERIALIZED (
 			SELECT o.id, o.agregado, o.proxima_tentativa FROM outbox AS o
@@ -124,10 +128,10 @@ const (
 			ORDER BY o.proxima_tentativa, o.id LIMIT $3)
 		SELECT id FROM c WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.agregado))
 		ORDER BY proxima_tentativa, id`
-	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = $3, worker = $4
+	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4
 		WHERE id IN (SELECT o.id FROM outbox AS o
 			WHERE o.id = ANY($1) AND ` + claimable + `
-			FOR UPDATE OF o SKIP LOCKED)
+			FOR NO KEY UPDATE OF o SKIP LOCKED)
 		RETURNING ` + deliveryColumns + `, ` + corpoColumn
 )
 
@@ -154,7 +158,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if q.N <= 0 {
 			continue
 		}
-		rows, err := tx.Query(bg, claimCandidatesSQL, q.Integrador, ms(now), q.N)
+		rows, err := tx.Query(tx.ctx, claimCandidatesSQL, q.Integrador, ms(now), q.N)
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -165,7 +169,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if len(ids) == 0 {
 			continue
 		}
-		rows, err = tx.Query(bg, claimSQL, ids, ms(now), ms(now.Add(lease)), worker)
+		rows, err = tx.Query(tx.ctx, claimSQL, ids, ms(now), lease.Milliseconds(), worker)
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -185,14 +189,28 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 	return out, nil
 }
 
+// dbNowMS is the database's clock in unix milliseconds. Leases are given
+// and reaped by it, not by a replica's: two replicas' clocks may disagree,
+// the database's is one.
+const dbNowMS = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+// The outcome statements lock their row with SKIP LOCKED: the only other
+// writer of a processando row is the reaper taking back a lease that
+// expired, and then the outcome is the lost lease's, left alone as when
+// the reaper has committed (the attempt is still recorded).
 const (
 	finishSQL = `UPDATE outbox SET status = $1, tentativas = tentativas + 1,
 				proxima_tentativa = $2, lease_ate = NULL, worker = NULL, ultimo_status = $3, ultimo_erro = $4,
-				entregue_em = $5, falhou_em = $6 WHERE id = $7 AND worker = $8 AND status = 'processando'`
+				entregue_em = $5, falhou_em = $6 WHERE id = (SELECT id FROM outbox
+					WHERE id = $7 AND worker = $8 AND status = 'processando' FOR NO KEY UPDATE SKIP LOCKED)`
 	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, lease_ate = NULL, worker = NULL
-				WHERE id = $2 AND worker = $3 AND status = 'processando'`
+				WHERE id = (SELECT id FROM outbox
+					WHERE id = $2 AND worker = $3 AND status = 'processando' FOR NO KEY UPDATE SKIP LOCKED)`
+	// An attempt is recorded once, even when a finishing batch whose
+	// commit was not confirmed is sent again (delivery_attempt_entrega_key).
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
-				duracao_ms, status_code, erro, resposta) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+				duracao_ms, status_code, erro, resposta) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				ON CONFLICT (outbox_id, entrega_id) DO NOTHING`
 	// failingSQL is one integrator's failing period after a batch: cleared
 	// ($2) means a success in it ended the period, which then restarts at
 	// the first failure after the last success ($3, NULL for none) and
@@ -210,27 +228,30 @@ const (
 // reaper gave it to another) is left alone, but its attempt is still
 // recorded. A deferred row goes back to pendente with no attempt.
 //
-// The attempts are inserted under attempt_head's row lock, kept until
-// COMMIT, so their ids are given in commit order across replicas (the
-// live tail follows them by id, see AttemptsAfter). The lock is taken after
-// the batch's own rows are updated and before the integrators', and the
-// integrators are updated once each, in id order, which keeps two
-// replicas' batches from waiting on each other in opposite orders.
+// The attempts are inserted in the batch's late phase (writer.go), under
+// attempt_head's row lock, kept until COMMIT, so their ids are given in
+// commit order across replicas (the live tail follows them by id, see
+// AttemptsAfter). The integrators' failing periods are written under the
+// integrators' keys, which the batch takes in one order with every other
+// key: two replicas' batches never wait on each other in opposite orders.
 func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult, worker string, now time.Time,
 	lease time.Duration, quotas []app.Quota) (map[string]time.Time, []app.Delivery, error) {
 	failing := map[string]time.Time{}
 	var claimed []app.Delivery
-	err := db.do(ctx, func(tx *wtx) error {
+	var keys []lockKey
+	for _, r := range results {
+		if !r.Deferred && !r.Unsent {
+			keys = append(keys, key("integrator", r.Integrador))
+		}
+	}
+	main := func(tx *wtx) error {
 		clear(failing)
-		attempts := 0
+		p := &pipe{}
 		for _, r := range results {
 			if r.Deferred {
-				if _, err := tx.Exec(bg, deferSQL, ms(r.Proxima), r.ID, r.Worker); err != nil {
-					return fmt.Errorf("defer delivery %d: %w", r.ID, err)
-				}
+				p.exec(deferSQL, ms(r.Proxima), r.ID, r.Worker)
 				continue
 			}
-			attempts++
 			var entregue, falhou any // when it was delivered, or dead-lettered
 			end := ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
 			switch r.Status {
@@ -239,27 +260,11 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			case app.EntregaFalhou:
 				falhou = end
 			}
-			if _, err := tx.Exec(bg, finishSQL, r.Status, ms(r.Proxima), statusCode(r.Attempt), r.UltimoErr,
-				entregue, falhou, r.ID, r.Worker); err != nil {
-				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
-			}
+			p.exec(finishSQL, r.Status, ms(r.Proxima), statusCode(r.Attempt), r.UltimoErr,
+				entregue, falhou, r.ID, r.Worker)
 		}
-		if attempts > 0 {
-			if _, err := tx.Exec(bg, `SELECT id FROM attempt_head WHERE id = 1 FOR UPDATE`); err != nil {
-				return fmt.Errorf("lock attempt head: %w", err)
-			}
-			b := &pgx.Batch{}
-			for _, r := range results {
-				if r.Deferred {
-					continue
-				}
-				a := r.Attempt
-				b.Queue(insertAttemptSQL, r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, statusCode(a),
-					a.Erro, a.Resposta)
-			}
-			if err := tx.SendBatch(bg, b).Close(); err != nil {
-				return fmt.Errorf("record attempts: %w", err)
-			}
+		if _, err := p.send(tx); err != nil {
+			return fmt.Errorf("finish deliveries: %w", err)
 		}
 		// Each integrator's failing period, as SQLite's store leaves it
 		// after applying the results one by one: a success clears it, the
@@ -305,7 +310,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		for _, id := range ids {
 			p := periods[id]
 			var since *int64
-			err := tx.QueryRow(bg, failingSQL, id, p.cleared, p.since, p.lastOK).Scan(&since)
+			err := tx.QueryRow(tx.ctx, failingSQL, id, p.cleared, p.since, p.lastOK).Scan(&since)
 			if isNoRows(err) && !p.failed {
 				err = nil // as SQLite's, clearing an unknown integrator's period is no error
 			}
@@ -319,8 +324,26 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		var err error
 		claimed, err = tx.claim(worker, now, lease, quotas)
 		return err
-	})
-	if err != nil {
+	}
+	late := func(tx *wtx, p *pipe) error {
+		for _, r := range results {
+			if r.Deferred {
+				continue
+			}
+			a := r.Attempt
+			p.exec(insertAttemptSQL, r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, statusCode(a),
+				a.Erro, a.Resposta)
+		}
+		return nil
+	}
+	o := &op{keys: keys, fn: main}
+	for _, r := range results {
+		if !r.Deferred {
+			o.late = late
+			break
+		}
+	}
+	if err := db.submit(ctx, o); err != nil {
 		return nil, nil, err // nothing of it was committed
 	}
 	return failing, claimed, nil
@@ -333,18 +356,27 @@ func statusCode(a app.Attempt) any {
 	return nil
 }
 
-// ReapDeliveries implements app.OutboxStore.
+// ReapDeliveries implements app.OutboxStore. Leases end by the database's
+// clock (see claimSQL), so the reaper takes back only those whose end has
+// passed by that clock, whatever now says: now only dates a dead letter.
+// On SQLite, ReapOnStart's cut-off (a lease and an hour ahead) takes back
+// every lease, right for one node whose leases at start are all orphans;
+// here the replica starting may be one of several, and another's lease is
+// live, so the cut-off is ignored, and ReapOnStart makes one more ordinary
+// reap. Rows another transaction is changing (a finish of the lease) are
+// skipped: the next sweep sees them.
 func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(bg, `UPDATE outbox SET
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET
 				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
 				status = CASE WHEN quedas + 1 >= $1::integer THEN 'falhou' ELSE 'pendente' END,
 				ultimo_erro = CASE WHEN quedas + 1 >= $1::integer
 					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
 					ELSE ultimo_erro END,
 				falhou_em = CASE WHEN quedas + 1 >= $1::integer THEN $2::bigint END
-			WHERE status = 'processando' AND lease_ate < $2::bigint`, maxQuedas, ms(now))
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND lease_ate < `+dbNowMS+`
+				FOR NO KEY UPDATE SKIP LOCKED)`, maxQuedas, ms(now))
 		if err != nil {
 			return fmt.Errorf("reap deliveries: %w", err)
 		}
@@ -355,11 +387,13 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 }
 
 // ReleaseDeliveries implements app.OutboxStore: on shutdown, this worker's
-// leases go back to pendente at once instead of waiting to expire.
+// leases go back to pendente at once instead of waiting to expire (one the
+// reaper is taking back meanwhile is skipped: it goes back anyway).
 func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(bg, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
-			WHERE status = 'processando' AND worker = $1`, worker)
+		_, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1
+				FOR NO KEY UPDATE SKIP LOCKED)`, worker)
 		return err
 	})
 }
@@ -367,13 +401,17 @@ func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 // Purges walk the partial indexes of the rows that still keep a body
 // (outbox_purge_idx for delivered rows, outbox_falhou_idx for dead
 // letters): the planner picks them for these predicates without a hint.
+// A row another transaction is changing (a resend) is skipped: the next
+// purge sees it as it is then.
 const (
 	purgeBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
-			WHERE status = 'entregue' AND NOT expurgado AND entregue_em < $1 RETURNING id),
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'entregue' AND NOT expurgado AND entregue_em < $1
+				FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),
 		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
 		SELECT count(*) FROM p`
 	purgeDeadBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
-			WHERE status = 'falhou' AND NOT expurgado AND falhou_em < $1 RETURNING id),
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'falhou' AND NOT expurgado AND falhou_em < $1
+				FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),
 		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
 		SELECT count(*) FROM p`
 )
@@ -392,7 +430,7 @@ func (db *DB) PurgeDeadLetters(ctx context.Context, before time.Time) (int, erro
 func (db *DB) purge(ctx context.Context, q string, before time.Time) (int, error) {
 	var n int
 	err := db.do(ctx, func(tx *wtx) error {
-		return tx.QueryRow(bg, q, ms(before)).Scan(&n)
+		return tx.QueryRow(tx.ctx, q, ms(before)).Scan(&n)
 	})
 	return n, err
 }
@@ -495,40 +533,46 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 }
 
 // Resend implements app.OutboxStore: a dead letter goes back to pendente
-// with its body and sequence; a purged body cannot be resent. The row is
-// locked while it is checked, so that two replicas resending it, or a
-// purge meanwhile, cannot both act on what they read.
+// with its body and sequence; a purged body cannot be resent. The update
+// checks both in its WHERE, on the row as the last writer committed it,
+// so two replicas resending it, or a purge meanwhile, cannot both act on
+// what they read; its key keeps two resends of it in one lock order.
 func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.AuditEntry) error {
-	return db.do(ctx, func(tx *wtx) error {
-		var status string
-		var purged bool
-		err := tx.QueryRow(bg, `SELECT status, expurgado FROM outbox WHERE id = $1 FOR UPDATE`, id).Scan(&status, &purged)
-		if isNoRows(err) {
-			return app.ErrNotFound
-		}
+	return db.locked(ctx, []lockKey{key("delivery", strconv.FormatInt(id, 10))}, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1,
+			tentativas_antes = tentativas, quedas = 0, falhou_em = NULL
+			WHERE id = $2 AND status = 'falhou' AND NOT expurgado`, ms(now), id)
 		if err != nil {
 			return err
 		}
-		if status != app.EntregaFalhou {
-			return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
-		}
-		if purged {
-			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
-		}
-		if _, err = tx.Exec(bg, `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, tentativas_antes = tentativas,
-			quedas = 0, falhou_em = NULL WHERE id = $2`, ms(now), id); err != nil {
-			return err
+		if tag.RowsAffected() == 0 {
+			var status string
+			var purged bool
+			err := tx.QueryRow(tx.ctx, `SELECT status, expurgado FROM outbox WHERE id = $1`, id).Scan(&status, &purged)
+			switch {
+			case isNoRows(err):
+				return app.ErrNotFound
+			case err != nil:
+				return err
+			case status != app.EntregaFalhou:
+				return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
+			default:
+				return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
+			}
 		}
 		return tx.audit(audit, ms(db.now()))
 	})
 }
 
 // Bulk resend reads one integrator's dead letters in outbox_mortas_idx:
-// those with their body go back in line, the purged ones are counted.
+// those with their body go back in line, the purged ones are counted. A
+// dead letter another transaction is changing (resent on its own, or
+// purged) is skipped: it is being taken care of.
 const (
 	resendAllSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1,
 			tentativas_antes = tentativas, quedas = 0, falhou_em = NULL
-			WHERE integrador_id = $2 AND status = 'falhou' AND NOT expurgado`
+			WHERE id IN (SELECT id FROM outbox WHERE integrador_id = $2 AND status = 'falhou' AND NOT expurgado
+				FOR NO KEY UPDATE SKIP LOCKED)`
 	countPurgedDeadSQL = `SELECT count(*) FROM outbox
 			WHERE integrador_id = $1 AND status = 'falhou' AND expurgado`
 )
@@ -540,12 +584,12 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	}
 	var n, purged int64
 	err := db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(bg, resendAllSQL, ms(now), integrador)
+		tag, err := tx.Exec(tx.ctx, resendAllSQL, ms(now), integrador)
 		if err != nil {
 			return err
 		}
 		n = tag.RowsAffected()
-		if err := tx.QueryRow(bg, countPurgedDeadSQL, integrador).Scan(&purged); err != nil {
+		if err := tx.QueryRow(tx.ctx, countPurgedDeadSQL, integrador).Scan(&purged); err != nil {
 			return err
 		}
 		return tx.audit(audit.Counted(n), ms(db.now()))
@@ -554,13 +598,14 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 }
 
 // DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
-// not yet due.
+// not yet due. A row another transaction holds is skipped: a claim is
+// taking it, or another "Tentar agora" is making it due.
 func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *app.AuditEntry) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		if id > 0 {
 			var status string
-			err := tx.QueryRow(bg, `SELECT status FROM outbox WHERE id = $1 AND integrador_id = $2`, id, integrador).Scan(&status)
+			err := tx.QueryRow(tx.ctx, `SELECT status FROM outbox WHERE id = $1 AND integrador_id = $2`, id, integrador).Scan(&status)
 			if isNoRows(err) {
 				return app.ErrNotFound
 			}
@@ -577,14 +622,15 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 				return app.Errorf(app.EConflict, "esta entrega já foi entregue")
 			}
 		}
-		q := `UPDATE outbox SET proxima_tentativa = $1 WHERE integrador_id = $2 AND status = 'pendente'
-			AND proxima_tentativa > $1`
+		q := `UPDATE outbox SET proxima_tentativa = $1 WHERE id IN (SELECT id FROM outbox
+			WHERE integrador_id = $2 AND status = 'pendente' AND proxima_tentativa > $1`
 		args := []any{ms(now), integrador}
 		if id > 0 {
 			q += ` AND id = $3`
 			args = append(args, id)
 		}
-		tag, err := tx.Exec(bg, q, args...)
+		q += ` FOR NO KEY UPDATE SKIP LOCKED)`
+		tag, err := tx.Exec(tx.ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("make deliveries due: %w", err)
 		}

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,6 +26,11 @@ func TestOutboxConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return out
+		}, AgeLeases: func(t *testing.T, d time.Duration) {
+			if _, err := c.Exec(t.Context(), `UPDATE outbox SET lease_ate = lease_ate - $1 WHERE lease_ate IS NOT NULL`,
+				d.Milliseconds()); err != nil {
+				t.Fatal(err)
+			}
 		}}
 	})
 }

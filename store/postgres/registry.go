@@ -60,9 +60,9 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 		return tv, false, err
 	}
 	out, created := tv, false
-	err = db.do(ctx, func(tx *wtx) error {
+	err = db.locked(ctx, []lockKey{key("registry", tv.Tipo, tv.Versao)}, func(tx *wtx) error {
 		out, created = tv, false
-		tag, err := tx.Exec(bg, `INSERT INTO registry (`+typeVersionColumns+`)
+		tag, err := tx.Exec(tx.ctx, `INSERT INTO registry (`+typeVersionColumns+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tipo, versao) DO NOTHING`,
 			tv.Tipo, tv.Versao, tv.Status, tv.Audiencia, string(tv.Schema), string(redacao), ms(tv.CriadoEm))
 		if err != nil {
@@ -72,7 +72,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 			created = true
 			return tx.audit(audit, ms(db.now()))
 		}
-		out, err = scanTypeVersion(tx.QueryRow(bg, `SELECT `+typeVersionColumns+`
+		out, err = scanTypeVersion(tx.QueryRow(tx.ctx, `SELECT `+typeVersionColumns+`
 			FROM registry WHERE tipo = $1 AND versao = $2`, tv.Tipo, tv.Versao))
 		return err
 	})
@@ -81,8 +81,8 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 
 // SetTypeStatus implements app.RegistryStore.
 func (db *DB) SetTypeStatus(ctx context.Context, tipo, versao, status string, audit *app.AuditEntry) error {
-	return db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(bg, `UPDATE registry SET status = $1 WHERE tipo = $2 AND versao = $3`, status, tipo, versao)
+	return db.locked(ctx, []lockKey{key("registry", tipo, versao)}, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `UPDATE registry SET status = $1 WHERE tipo = $2 AND versao = $3`, status, tipo, versao)
 		if err != nil {
 			return err
 		}

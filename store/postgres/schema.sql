@@ -157,6 +157,10 @@ CREATE TABLE delivery_attempt (
     resposta    TEXT    NOT NULL DEFAULT ''
 );
 CREATE INDEX delivery_attempt_outbox_idx ON delivery_attempt (outbox_id, id);
+-- An attempt is recorded once: a finishing batch whose commit was not
+-- confirmed (the link to the database broke) is sent again by the
+-- dispatcher, and its attempts must not appear twice.
+CREATE UNIQUE INDEX delivery_attempt_entrega_key ON delivery_attempt (outbox_id, entrega_id);
 
 -- The audit trail (SPEC 10), as SQLite's: append-only, enforced by
 -- triggers. A command's audit entry is written in its events' transaction.
@@ -315,3 +319,72 @@ INSERT INTO consumer_cursor (colonia, tipo, last_sequence, atualizado_em)
     SELECT 'ocorrencias', t.tipo, 0, (extract(epoch FROM now()) * 1000)::bigint
     FROM (VALUES ('ocorrencia:registrada'), ('ocorrencia:despachada'),
                  ('ocorrencia:despacho-mudou-status'), ('ocorrencia:mudou-status')) AS t (tipo);
+
+-- migration: 2
+
+-- State a process used to hold in memory, shared by every replica through
+-- the database (SPEC 12), as SQLite's migration 13.
+--
+-- Console login attempts within the limits' window, one row per attempt
+-- and key ('ip:…', 'login:…'). Each attempt takes a transaction-level
+-- advisory lock per key, in key order, so two replicas counting the same
+-- key cannot both slip under the limit.
+CREATE TABLE login_tentativa (
+    chave     TEXT   NOT NULL,
+    em        BIGINT NOT NULL, -- unix milliseconds
+    tentativa TEXT   NOT NULL,
+    PRIMARY KEY (chave, em, tentativa)
+);
+CREATE INDEX login_tentativa_em_idx        ON login_tentativa (em);
+CREATE INDEX login_tentativa_tentativa_idx ON login_tentativa (tentativa);
+
+-- The last DLQ reprocess of each colônia (one a minute, on any replica).
+CREATE TABLE dlq_reprocesso (
+    colonia TEXT   PRIMARY KEY,
+    em      BIGINT NOT NULL
+);
+
+-- Each integrator's circuit breaker as last opened or closed by a replica
+-- (origem); versao grows with every write.
+CREATE TABLE circuito (
+    integrador_id TEXT    PRIMARY KEY,
+    aberto        BOOLEAN NOT NULL,
+    desde         BIGINT  NOT NULL,
+    ate           BIGINT  NOT NULL,
+    cooldown_ms   BIGINT  NOT NULL,
+    falhas        INTEGER NOT NULL,
+    origem        TEXT    NOT NULL,
+    versao        BIGINT  NOT NULL
+);
+
+-- The cadastro's version, moved by every insert of an integrator and every
+-- change that sets atualizado_em (record, secrets, API key), never by the
+-- failing period the dispatcher records: replicas poll it and read the
+-- cadastro again only when it moved.
+CREATE TABLE cadastro_versao (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    versao BIGINT  NOT NULL
+);
+INSERT INTO cadastro_versao (id, versao) VALUES (1, 0);
+CREATE FUNCTION cadastro_versao_mudou() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE cadastro_versao SET versao = versao + 1 WHERE id = 1;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER integrator_cadastro AFTER INSERT OR DELETE OR UPDATE OF atualizado_em ON integrator
+    FOR EACH ROW EXECUTE FUNCTION cadastro_versao_mudou();
+
+-- migration: 3
+
+-- The leader of the periodic duties (SPEC 12): the replica whose term runs,
+-- its number and its expiry by the database's clock (see leader.go). One
+-- row, kept across terms so that mandato only grows; a resigned term
+-- expires at once.
+CREATE TABLE lider (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    replica   TEXT    NOT NULL,
+    mandato   BIGINT  NOT NULL,
+    eleito_em BIGINT  NOT NULL, -- unix milliseconds, the database's clock
+    expira_em BIGINT  NOT NULL
+);

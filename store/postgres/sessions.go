@@ -11,13 +11,17 @@ var _ app.SessionStore = (*DB)(nil)
 
 // InsertSession implements app.SessionStore. Sessions live in the
 // database, so every replica behind the load balancer knows them.
+//
+// Expired sessions go with each login: no sweeper needed. One that another
+// transaction is deleting meanwhile is skipped, so that a login never
+// waits for another replica's.
 func (db *DB) InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
-		// Expired sessions go with each login: no sweeper needed.
-		if _, err := tx.Exec(bg, `DELETE FROM operator_session WHERE expira_em <= $1`, ms(criado)); err != nil {
+		if _, err := tx.Exec(tx.ctx, `DELETE FROM operator_session WHERE hash IN (SELECT hash FROM operator_session
+			WHERE expira_em <= $1 FOR UPDATE SKIP LOCKED)`, ms(criado)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(bg, `INSERT INTO operator_session (hash, operador_id, criado_em, expira_em)
+		if _, err := tx.Exec(tx.ctx, `INSERT INTO operator_session (hash, operador_id, criado_em, expira_em)
 			VALUES ($1, $2, $3, $4)`, hash, operadorID, ms(criado), ms(expira)); err != nil {
 			return err
 		}
@@ -44,8 +48,8 @@ func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (
 
 // DeleteSession implements app.SessionStore.
 func (db *DB) DeleteSession(ctx context.Context, hash string, audit *app.AuditEntry) error {
-	return db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(bg, `DELETE FROM operator_session WHERE hash = $1`, hash)
+	return db.locked(ctx, accountKeys, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `DELETE FROM operator_session WHERE hash = $1`, hash)
 		if err != nil {
 			return err
 		}
@@ -60,15 +64,15 @@ func (db *DB) DeleteSession(ctx context.Context, hash string, audit *app.AuditEn
 // other sessions in the same transaction: a changed password locks out
 // whoever knew the old one.
 func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, keepSession string, audit *app.AuditEntry) error {
-	return db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(bg, `UPDATE operator SET senha_hash = $1 WHERE id = $2`, senhaHash, operadorID)
+	return db.locked(ctx, accountKeys, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `UPDATE operator SET senha_hash = $1 WHERE id = $2`, senhaHash, operadorID)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			return app.ErrNotFound
 		}
-		if _, err = tx.Exec(bg, `DELETE FROM operator_session WHERE operador_id = $1 AND hash <> $2`,
+		if _, err = tx.Exec(tx.ctx, `DELETE FROM operator_session WHERE operador_id = $1 AND hash <> $2`,
 			operadorID, keepSession); err != nil {
 			return err
 		}
@@ -133,10 +137,7 @@ func (db *DB) SetOperatorRole(ctx context.Context, actorID, operadorID string, p
 // (ativo or papel), the value it had.
 func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update string, value any, endSessions bool,
 	audit *app.AuditEntry, column string) error {
-	return db.do(ctx, func(tx *wtx) error {
-		if err := lockAccounts(tx); err != nil {
-			return err
-		}
+	return db.locked(ctx, accountKeys, func(tx *wtx) error {
 		if actorID != "" {
 			if err := requireActiveAdmin(tx, actorID); err != nil {
 				return err
@@ -145,7 +146,7 @@ func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update st
 		if audit != nil {
 			var login, papel string
 			var ativo bool
-			err := tx.QueryRow(bg, `SELECT login, papel, ativo FROM operator WHERE id = $1`, operadorID).Scan(&login, &papel, &ativo)
+			err := tx.QueryRow(tx.ctx, `SELECT login, papel, ativo FROM operator WHERE id = $1`, operadorID).Scan(&login, &papel, &ativo)
 			if isNoRows(err) {
 				return app.ErrNotFound
 			}
@@ -160,7 +161,7 @@ func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update st
 				audit.SetOld("papel", papel)
 			}
 		}
-		tag, err := tx.Exec(bg, update, value, operadorID)
+		tag, err := tx.Exec(tx.ctx, update, value, operadorID)
 		if err != nil {
 			return err
 		}
@@ -168,7 +169,7 @@ func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update st
 			return app.ErrNotFound
 		}
 		if endSessions {
-			if _, err := tx.Exec(bg, `DELETE FROM operator_session WHERE operador_id = $1`, operadorID); err != nil {
+			if _, err := tx.Exec(tx.ctx, `DELETE FROM operator_session WHERE operador_id = $1`, operadorID); err != nil {
 				return err
 			}
 		}
@@ -180,34 +181,24 @@ func (db *DB) changeOperator(ctx context.Context, actorID, operadorID, update st
 // server's own (which has no account to keep active).
 var errNoActor = app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
 
-// accountsLock is the key of the transaction-scoped advisory lock that
-// serialises changes to the accounts across replicas (see lockAccounts).
-const accountsLock = 0x67656f6f7065 // "geoope"
-
-// lockAccounts serialises the changes to operator accounts across
-// replicas, until the transaction ends. In SQLite the one writer does that;
-// here two replicas could otherwise each see the other admin still active
-// (READ COMMITTED reads what committed before each statement), and two
-// admins deactivating or demoting each other at once would both succeed
-// and leave nobody to undo it. A transaction lock ends with the group
-// commit, so a connection pooler in transaction mode cannot leave it held,
-// and the writer takes it before log_head's (operations that give no
-// sequence run first), always in that order, so the two cannot deadlock.
-// Account changes are rare: the wait is nothing.
-func lockAccounts(tx *wtx) error {
-	_, err := tx.Exec(bg, `SELECT pg_advisory_xact_lock($1)`, int64(accountsLock))
-	return err
-}
+// accountKeys serialise the changes to operator accounts and their
+// sessions across replicas, until the transaction ends. In SQLite the one
+// writer does that; here two replicas could otherwise each see the other
+// admin still active (READ COMMITTED reads what committed before each
+// statement), and two admins deactivating or demoting each other at once
+// would both succeed and leave nobody to undo it. It is a key of the
+// batch (writer.go), taken before any statement in one order with the
+// batch's other keys, and a transaction lock, so a connection pooler in
+// transaction mode cannot leave it held. Account changes are rare: the
+// wait is nothing.
+var accountKeys = []lockKey{key("accounts")}
 
 // requireActiveAdmin refuses a change to the accounts unless actorID is
 // still an active admin inside the transaction that makes it, which holds
-// lockAccounts: no other replica changes an account meanwhile.
+// accountKeys: no other replica changes an account meanwhile.
 func requireActiveAdmin(tx *wtx, actorID string) error {
-	if err := lockAccounts(tx); err != nil {
-		return err
-	}
 	var admins int
-	if err := tx.QueryRow(bg, `SELECT count(*) FROM operator WHERE id = $1 AND ativo AND papel = 'admin'`,
+	if err := tx.QueryRow(tx.ctx, `SELECT count(*) FROM operator WHERE id = $1 AND ativo AND papel = 'admin'`,
 		actorID).Scan(&admins); err != nil {
 		return err
 	}

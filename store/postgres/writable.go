@@ -15,7 +15,7 @@ import (
 func (db *DB) Writable(ctx context.Context) error {
 	return db.do(ctx, func(tx *wtx) error {
 		var ro string
-		if err := tx.QueryRow(bg, `SELECT current_setting('transaction_read_only')`).Scan(&ro); err != nil {
+		if err := tx.QueryRow(tx.ctx, `SELECT current_setting('transaction_read_only')`).Scan(&ro); err != nil {
 			return err
 		}
 		if ro == "on" {

@@ -48,6 +48,11 @@ type OutboxUnderTest struct {
 	// Audits lists the acao of every audit entry, oldest first (read with
 	// the backend's own means: the trail's reader is not tested here).
 	Audits func(t *testing.T) []string
+	// AgeLeases, when set, says that the backend's leases end by its
+	// database's clock (PostgreSQL, where replicas' clocks may disagree),
+	// not by the now callers pass, and makes every lease d older, as if
+	// that clock had moved d. Unset (SQLite), leases end by callers' now.
+	AgeLeases func(t *testing.T, d time.Duration)
 }
 
 // NewIntegrator is an active integrator id that wants every event.
@@ -120,6 +125,9 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 				t.Fatalf("reap at the lease's end: %d %v; the lease still holds", n, err)
 			}
 			now = now.Add(31 * time.Second) // the worker died holding it
+			if f.AgeLeases != nil {
+				f.AgeLeases(t, 31*time.Second)
+			}
 			if n, err := f.DB.ReapDeliveries(ctx, now, app.MaxQuedas); err != nil || n != 1 {
 				t.Fatalf("reap: %d %v", n, err)
 			}
@@ -323,7 +331,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 		// A finish by a worker that lost the lease changes nothing but is recorded.
 		stale := result(next[1], app.EntregaEntregue, now.Add(4*time.Second))
-		stale.Worker = "outro"
+		stale.Worker, stale.Attempt.EntregaID = "outro", "e-outro"
 		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{stale}, "outro", now, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -449,6 +457,9 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		first, poison, resent := rows[0], rows[1], rows[2]
 		fail(first, t0)
 		fail(resent, t0)
+		if f.AgeLeases != nil {
+			f.AgeLeases(t, time.Hour)
+		}
 		if n, err := f.DB.ReapDeliveries(ctx, t0.Add(time.Hour), 1); err != nil || n != 1 {
 			t.Fatalf("reap: %d %v", n, err)
 		}

@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"time"
+)
+
+// SharedStore is the state that one process used to hold in memory and
+// that several replicas on one database must share (SPEC 12): the login
+// limits, the reprocess rate limit, the command lock, the breakers and the
+// version of the integrators' cadastro. Sessions were in the database
+// already. On SQLite one process owns the file, so the same contracts hold
+// within it; on PostgreSQL they hold across every replica.
+type SharedStore interface {
+	LoginLimitStore
+	ReprocessLimitStore
+	CommandLocker
+	CircuitStore
+	CadastroVersioner
+}
+
+// LoginLimitStore counts console login attempts per key ("ip:…",
+// "login:…") in a sliding window.
+type LoginLimitStore interface {
+	// ReserveLoginAttempt counts one attempt at `at` for every key, in one
+	// step no other attempt on those keys interleaves with, unless one key
+	// already holds max attempts later than at-window: then it counts
+	// nothing and says how long until the oldest of them leaves the window.
+	// The id names the attempt for ReleaseLoginAttempt.
+	ReserveLoginAttempt(ctx context.Context, keys []string, at time.Time, window time.Duration, max int) (id string, wait time.Duration, err error)
+	// ReleaseLoginAttempt takes back the attempt id from every key and
+	// forgets every attempt counted against the keys in forgive.
+	ReleaseLoginAttempt(ctx context.Context, id string, forgive []string) error
+}
+
+// ReprocessLimitStore is the DLQ reprocess rate limit per colônia.
+type ReprocessLimitStore interface {
+	// ClaimReprocess records a reprocess of colonia at `at` if the last one
+	// was at least interval before; otherwise it records nothing and says
+	// how long to wait.
+	ClaimReprocess(ctx context.Context, colonia string, at time.Time, interval time.Duration) (wait time.Duration, err error)
+}
+
+// CommandLocker serialises commands (see Commands).
+type CommandLocker interface {
+	// LockCommands waits until no other command runs on this database,
+	// from any process, and holds that until unlock is called. unlock's
+	// error says the lock was lost before it (the connection broke): the
+	// command may have overlapped another.
+	LockCommands(ctx context.Context) (unlock func() error, err error)
+}
+
+// StoredCircuit is one integrator's circuit as the replicas share it: what
+// a breaker last opened or closed, and which process said so.
+type StoredCircuit struct {
+	Integrador string
+	Aberto     bool
+	Desde, Ate time.Time // while open: when it opened, when a probe may go
+	Cooldown   time.Duration
+	Falhas     int
+	Origem     string // the process that wrote it (Integrators' process id)
+	// Versao grows with every write of the integrator's row; the store
+	// sets it.
+	Versao int64
+}
+
+// CircuitStore keeps the breakers' shared state.
+type CircuitStore interface {
+	// SaveCircuits writes each circuit over the integrator's previous one,
+	// one more Versao each, in one transaction.
+	SaveCircuits(ctx context.Context, cs []StoredCircuit) error
+	// Circuits reads every stored circuit.
+	Circuits(ctx context.Context) ([]StoredCircuit, error)
+}
+
+// CadastroVersioner tells whether the integrators' cadastro changed: the
+// store's version grows with every insert or change of an integrator's
+// record, secrets and API key included, whichever process made it (the
+// failing period the dispatcher records does not count).
+type CadastroVersioner interface {
+	CadastroVersion(ctx context.Context) (int64, error)
+}
+
+// SharedRefresh is how often a process reads what other replicas may have
+// changed: the integrators' cadastro (routing, callbacks, secrets) and
+// their circuits. A change on one replica is in force on every other within
+// about this long (plus one read).
+const SharedRefresh = time.Second

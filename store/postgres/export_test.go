@@ -1,0 +1,16 @@
+package postgres
+
+// Test hooks into the writer, for the package's external tests.
+
+// OnBeforeCommit calls fn in the writer goroutine with the number of
+// operations of each batch about to commit; fn may block the writer.
+func OnBeforeCommit(db *DB, fn func(ops int)) { db.hooks.beforeCommit = fn }
+
+// OnRetry calls fn in the writer goroutine before each retry of a batch.
+func OnRetry(db *DB, fn func(n int, err error)) { db.hooks.retry = fn }
+
+// Queued is the number of operations waiting for the writer.
+func Queued(db *DB) int { return len(db.ops) }
+
+// MaxRetries is how many times a batch is retried.
+const MaxRetries = maxRetries

@@ -1,0 +1,231 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/store/storetest"
+)
+
+const replicaType = "teste:replica"
+
+// registerReplicaType registers the tests' event type on k. Replicas
+// built after it load it at New.
+func registerReplicaType(t *testing.T, k *storetest.Kit) {
+	t.Helper()
+	if _, _, err := k.Registry.Register(t.Context(), app.TypeVersion{Tipo: replicaType, Versao: "1.0.0",
+		Audiencia: app.AudienciaTodos, Schema: json.RawMessage(`{"type":"object"}`),
+		Redacao: redact.Rules{Manter: []string{""}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publishOn(t *testing.T, k *storetest.Kit, agregado string) app.Event {
+	t.Helper()
+	ev, _, err := k.Publisher.Publish(context.Background(), app.PublishRequest{Tipo: replicaType, Origem: "teste",
+		Agregado: agregado, Payload: json.RawMessage(`{"n":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// listeners are the pids of the database's listening connections that
+// are listening now: their last statement was the head's read that
+// follows their LISTENs.
+func listeners(t *testing.T, c *pgx.Conn) []int32 {
+	t.Helper()
+	rows, err := c.Query(t.Context(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'geohub-escuta'
+		AND state = 'idle' AND query LIKE 'SELECT ultima FROM log_head%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+// waitListening waits until n listeners listen, none of them one of old.
+func waitListening(t *testing.T, c *pgx.Conn, n int, old []int32) []int32 {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		pids := listeners(t, c)
+		fresh := slices.DeleteFunc(slices.Clone(pids), func(p int32) bool { return slices.Contains(old, p) })
+		if len(fresh) == n && len(pids) == n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listening connections %v (old %v), want %d new ones", pids, old, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A publish on replica A, whose dispatcher does not run, is delivered by
+// replica B, which polls only every minute: the notification of A's
+// commit wakes it. Also after B's listening connection is killed: it
+// listens again. And A's deliveries tail hears of B's attempts.
+func TestAPublishOnOneReplicaIsDeliveredByAnother(t *testing.T) {
+	url := freshDatabase(t)
+	policy := app.CallbackPolicy{Insecure: true}
+	delivered := make(chan string, 10)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		delivered <- r.Header.Get("X-Geohub-Agregado")
+	}))
+	t.Cleanup(rc.Close)
+
+	a := storetest.New(t, storetest.Options{Postgres: url, Deps: app.Deps{NoDispatch: true, Policy: policy}})
+	registerReplicaType(t, a)
+	if _, err := a.Integrators.Create(t.Context(), app.NewIntegrator{Nome: "CAD", CallbackURL: rc.URL + "/eventos",
+		HostsPermitidos: []string{"127.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	const poll = time.Minute
+	b := storetest.New(t, storetest.Options{Postgres: url, Deps: app.Deps{Policy: policy}, Tune: func(s *app.Services) {
+		s.Dispatcher.Sweep = poll
+		s.Dispatcher.Signals.Recorded.Init()
+	}})
+	c := raw(t, url)
+	pids := waitListening(t, c, 2, nil)
+
+	// B claims at its start: the first delivery may come from that claim.
+	// Once its outcome is recorded, B sleeps until its next poll.
+	deliver := func(agregado string) {
+		t.Helper()
+		publishOn(t, a, agregado)
+		select {
+		case got := <-delivered:
+			if got != agregado {
+				t.Fatalf("delivered %s, want %s", got, agregado)
+			}
+		case <-time.After(poll / 2):
+			t.Fatalf("%s not delivered before half of B's poll interval: no wake-up reached B", agregado)
+		}
+		if _, ok := b.Dispatcher.Signals.Recorded.Wait(poll / 2); !ok {
+			t.Fatal("B did not record the outcome")
+		}
+	}
+	deliver("x:1")
+	tail, stop := a.AttemptsChanged.Subscribe()
+	defer stop()
+	deliver("x:2")
+	select {
+	case <-tail:
+	case <-time.After(poll / 2):
+		t.Fatal("A's deliveries tail never heard of B's attempt")
+	}
+
+	if _, err := c.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'geohub-escuta'`); err != nil {
+		t.Fatal(err)
+	}
+	waitListening(t, c, 2, pids)
+	deliver("x:3")
+}
+
+// recorder is a consumer that records what it handled.
+type recorder struct {
+	mu   sync.Mutex
+	seqs []int64
+	ids  map[string]int
+}
+
+func (r *recorder) handle(ctx context.Context, ev app.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids = map[string]int{}
+	}
+	r.seqs = append(r.seqs, ev.Sequence)
+	r.ids[ev.EventID]++
+	return nil
+}
+
+func (r *recorder) snapshot() ([]int64, map[string]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seqs), maps.Clone(r.ids)
+}
+
+// Both replicas publish at once. Each replica's consumer handles every
+// event, its own from the commit hook and the other's from the log, once
+// and in sequence order; each replica's event tails are woken by the
+// other's commits.
+func TestEveryReplicaSeesEveryEvent(t *testing.T) {
+	url := freshDatabase(t)
+	recs := []*recorder{{}, {}}
+	replica := func(i int) *storetest.Kit {
+		return storetest.New(t, storetest.Options{Postgres: url, Subscribe: func(c *app.Consumers) {
+			c.Subscribe(replicaType, "teste", "recorder", recs[i].handle)
+		}})
+	}
+	a := replica(0)
+	registerReplicaType(t, a)
+	b := replica(1)
+	c := raw(t, url)
+	waitListening(t, c, 2, nil)
+
+	tailB, stop := b.EventsChanged.Subscribe()
+	defer stop()
+	first := publishOn(t, a, "a:0")
+	select {
+	case <-tailB:
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's event tail was not woken by A's commit")
+	}
+
+	const n = 60
+	want := map[string]bool{first.EventID: true}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, k := range []*storetest.Kit{a, b} {
+		for w := range 3 {
+			wg.Go(func() {
+				for j := range n / 6 {
+					ev := publishOn(t, k, fmt.Sprintf("r%d-w%d:%d", i, w, j))
+					mu.Lock()
+					want[ev.EventID] = true
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i, r := range recs {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			seqs, ids := r.snapshot()
+			if len(ids) == len(want) {
+				if !slices.IsSorted(seqs) || len(seqs) != len(ids) {
+					t.Fatalf("replica %d handled %v: want each once, in order", i, seqs)
+				}
+				for id, times := range ids {
+					if !want[id] || times != 1 {
+						t.Fatalf("replica %d handled %s %d times", i, id, times)
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d handled %d of %d events: %v", i, len(ids), len(want), seqs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}

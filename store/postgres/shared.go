@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"geohub/app"
+)
+
+// The state one process used to keep in memory (app.SharedStore), shared
+// by every replica through migration 2's tables.
+//
+// The login limits, the reprocess limit and the command lock run in short
+// transactions of their own on the pool, not in the writer's group
+// transaction: they take locks that other replicas wait on, and a lock
+// taken inside a group transaction is held until the whole batch commits,
+// beside whatever row locks the batch's other operations hold, which is how
+// two replicas' batches deadlock. Alone, each takes its locks in one order.
+
+var _ app.SharedStore = (*DB)(nil)
+
+// Advisory lock keys. The login keys use the two-int4 form, whose key
+// space does not overlap the bigint one (PostgreSQL's documentation).
+const (
+	commandLock    = 0x67656f68636d64 // "geohcmd"
+	loginLockClass = 0x676c6f67       // "glog"
+)
+
+// lockKeys takes the transaction-level advisory lock of every key, in key
+// order, so that two transactions locking overlapping keys never deadlock.
+func lockKeys(ctx context.Context, tx pgx.Tx, keys []string) error {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	for _, k := range slices.Compact(sorted) {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(loginLockClass), k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReserveLoginAttempt implements app.LoginLimitStore: the keys' locks make
+// the count and the insert one step across replicas.
+func (db *DB) ReserveLoginAttempt(ctx context.Context, keys []string, at time.Time, window time.Duration, limit int) (string, time.Duration, error) {
+	id := uuid.NewString()
+	var wait time.Duration
+	err := pgx.BeginFunc(ctx, db.read, func(tx pgx.Tx) error {
+		if err := lockKeys(ctx, tx, keys); err != nil {
+			return err
+		}
+		from := ms(at.Add(-window))
+		// The expired rows of these keys, which this transaction holds;
+		// and a few of anyone else's, skipping those another one holds,
+		// so that keys never tried again do not stay forever.
+		if _, err := tx.Exec(ctx, `DELETE FROM login_tentativa WHERE chave = ANY($1) AND em <= $2`, keys, from); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM login_tentativa WHERE ctid IN (SELECT ctid FROM login_tentativa
+			WHERE em <= $1 LIMIT 64 FOR UPDATE SKIP LOCKED)`, from); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			var n int
+			var oldest *int64
+			if err := tx.QueryRow(ctx, `SELECT count(*), min(em) FROM login_tentativa WHERE chave = $1 AND em > $2`,
+				k, from).Scan(&n, &oldest); err != nil {
+				return err
+			}
+			if n >= limit && oldest != nil {
+				wait = max(wait, fromMS(*oldest).Add(window).Sub(at))
+			}
+		}
+		if wait > 0 {
+			return nil
+		}
+		for _, k := range keys {
+			if _, err := tx.Exec(ctx, `INSERT INTO login_tentativa (chave, em, tentativa) VALUES ($1, $2, $3)
+				ON CONFLICT DO NOTHING`, k, ms(at), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("count login attempt: %w", storageError(err))
+	}
+	return id, wait, nil
+}
+
+// ReleaseLoginAttempt implements app.LoginLimitStore.
+func (db *DB) ReleaseLoginAttempt(ctx context.Context, id string, forgive []string) error {
+	err := pgx.BeginFunc(ctx, db.read, func(tx pgx.Tx) error {
+		if err := lockKeys(ctx, tx, forgive); err != nil {
+			return err
+		}
+		if id != "" {
+			if _, err := tx.Exec(ctx, `DELETE FROM login_tentativa WHERE tentativa = $1`, id); err != nil {
+				return err
+			}
+		}
+		if len(forgive) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM login_tentativa WHERE chave = ANY($1)`, forgive); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release login attempt: %w", storageError(err))
+	}
+	return nil
+}
+
+// ClaimReprocess implements app.ReprocessLimitStore in one statement: the
+// upsert's row lock decides between replicas claiming the same colônia.
+func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, interval time.Duration) (time.Duration, error) {
+	var claimed int64
+	err := db.read.QueryRow(ctx, `INSERT INTO dlq_reprocesso (colonia, em) VALUES ($1, $2)
+		ON CONFLICT (colonia) DO UPDATE SET em = excluded.em WHERE dlq_reprocesso.em <= $3
+		RETURNING em`, colonia, ms(at), ms(at)-interval.Milliseconds()).Scan(&claimed)
+	if err == nil {
+		return 0, nil
+	}
+	if !isNoRows(err) {
+		return 0, fmt.Errorf("claim reprocess: %w", storageError(err))
+	}
+	var last int64
+	if err := db.read.QueryRow(ctx, `SELECT em FROM dlq_reprocesso WHERE colonia = $1`, colonia).Scan(&last); err != nil {
+		return 0, fmt.Errorf("claim reprocess: %w", storageError(err))
+	}
+	// At least a millisecond: the claim was refused, whatever a clock
+	// running behind another replica's makes of the row.
+	return max(fromMS(last).Add(interval).Sub(at), time.Millisecond), nil
+}
+
+// LockCommands implements app.CommandLocker with a transaction-level
+// advisory lock, held by a transaction left open until unlock commits it:
+// it works through a transaction-pooling proxy, and a replica that dies
+// releases it with its connection. A replica that hangs holding it is cut
+// off by idle_in_transaction_session_timeout (15 s, see settings), far
+// above a command's milliseconds; unlock then reports the lost lock.
+func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
+	tx, err := db.read.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(commandLock)); err != nil {
+		tx.Rollback(bg)
+		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+	}
+	return func() error {
+		if err := tx.Commit(bg); err != nil {
+			return fmt.Errorf("unlock commands: %w", storageError(err))
+		}
+		return nil
+	}, nil
+}
+
+// SaveCircuits implements app.CircuitStore, in the writer's transaction
+// beside the dispatcher's outcomes. Rows are written in integrator order,
+// so two replicas' writes of the same circuits cannot deadlock.
+func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
+	sorted := slices.Clone(cs)
+	slices.SortFunc(sorted, func(a, b app.StoredCircuit) int {
+		switch {
+		case a.Integrador < b.Integrador:
+			return -1
+		case a.Integrador > b.Integrador:
+			return 1
+		}
+		return 0
+	})
+	err := db.do(ctx, func(tx *wtx) error {
+		for _, c := range sorted {
+			var desde, ate int64
+			if c.Aberto {
+				desde, ate = ms(c.Desde), ms(c.Ate)
+			}
+			if _, err := tx.Exec(bg, `INSERT INTO circuito (integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+				ON CONFLICT (integrador_id) DO UPDATE SET aberto = excluded.aberto, desde = excluded.desde,
+					ate = excluded.ate, cooldown_ms = excluded.cooldown_ms, falhas = excluded.falhas,
+					origem = excluded.origem, versao = circuito.versao + 1`,
+				c.Integrador, c.Aberto, desde, ate, c.Cooldown.Milliseconds(), c.Falhas, c.Origem); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("save circuits: %w", err)
+	}
+	return nil
+}
+
+// Circuits implements app.CircuitStore.
+func (db *DB) Circuits(ctx context.Context) ([]app.StoredCircuit, error) {
+	rows, err := db.read.Query(ctx, `SELECT integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao
+		FROM circuito ORDER BY integrador_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read circuits: %w", err)
+	}
+	defer rows.Close()
+	var out []app.StoredCircuit
+	for rows.Next() {
+		var c app.StoredCircuit
+		var desde, ate, cooldown int64
+		if err := rows.Scan(&c.Integrador, &c.Aberto, &desde, &ate, &cooldown, &c.Falhas, &c.Origem, &c.Versao); err != nil {
+			return nil, fmt.Errorf("read circuits: %w", err)
+		}
+		if c.Aberto {
+			c.Desde, c.Ate = fromMS(desde), fromMS(ate)
+		}
+		c.Cooldown = time.Duration(cooldown) * time.Millisecond
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// CadastroVersion implements app.CadastroVersioner: migration 2's trigger
+// moves it.
+func (db *DB) CadastroVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := db.read.QueryRow(ctx, `SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read cadastro version: %w", err)
+	}
+	return v, nil
+}

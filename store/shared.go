@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+)
+
+// The state a process used to keep in memory (app.SharedStore), on SQLite:
+// migration 13's tables, written by the one writer, which serialises every
+// check-and-count. One process owns a data directory, so the command lock
+// is a lock of this process: the CLI's subcommands never run commands.
+
+var _ app.SharedStore = (*DB)(nil)
+
+// ReserveLoginAttempt implements app.LoginLimitStore.
+func (db *DB) ReserveLoginAttempt(ctx context.Context, keys []string, at time.Time, window time.Duration, limit int) (string, time.Duration, error) {
+	id := uuid.NewString()
+	var wait time.Duration
+	err := db.do(ctx, func(tx *wtx) error {
+		wait = 0
+		from := ms(at.Add(-window))
+		if _, err := tx.Exec(`DELETE FROM login_tentativa WHERE em <= ?`, from); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			var n int
+			var oldest sql.NullInt64
+			if err := tx.QueryRow(`SELECT count(*), min(em) FROM login_tentativa WHERE chave = ? AND em > ?`,
+				k, from).Scan(&n, &oldest); err != nil {
+				return err
+			}
+			if n >= limit {
+				wait = max(wait, fromMS(oldest.Int64).Add(window).Sub(at))
+			}
+		}
+		if wait > 0 {
+			return nil
+		}
+		for _, k := range keys {
+			if _, err := tx.Exec(`INSERT OR IGNORE INTO login_tentativa (chave, em, tentativa) VALUES (?, ?, ?)`,
+				k, ms(at), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("count login attempt: %w", err)
+	}
+	return id, wait, nil
+}
+
+// ReleaseLoginAttempt implements app.LoginLimitStore.
+func (db *DB) ReleaseLoginAttempt(ctx context.Context, id string, forgive []string) error {
+	err := db.do(ctx, func(tx *wtx) error {
+		if id != "" {
+			if _, err := tx.Exec(`DELETE FROM login_tentativa WHERE tentativa = ?`, id); err != nil {
+				return err
+			}
+		}
+		for _, k := range forgive {
+			if _, err := tx.Exec(`DELETE FROM login_tentativa WHERE chave = ?`, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release login attempt: %w", err)
+	}
+	return nil
+}
+
+// ClaimReprocess implements app.ReprocessLimitStore.
+func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, interval time.Duration) (time.Duration, error) {
+	var wait time.Duration
+	err := db.do(ctx, func(tx *wtx) error {
+		wait = 0
+		var last int64
+		err := tx.QueryRow(`SELECT em FROM dlq_reprocesso WHERE colonia = ?`, colonia).Scan(&last)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			if w := fromMS(last).Add(interval).Sub(at); w > 0 {
+				wait = w
+				return nil
+			}
+		}
+		_, err = tx.Exec(`INSERT INTO dlq_reprocesso (colonia, em) VALUES (?, ?)
+			ON CONFLICT (colonia) DO UPDATE SET em = excluded.em`, colonia, ms(at))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim reprocess: %w", err)
+	}
+	return wait, nil
+}
+
+// commandLocks holds one lock per database file, so that two handles on
+// the same file in one process (a test's restart) exclude each other too.
+var commandLocks sync.Map // cleaned path -> chan struct{} (a semaphore of one)
+
+// LockCommands implements app.CommandLocker.
+func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
+	v, _ := commandLocks.LoadOrStore(filepath.Clean(db.Path), make(chan struct{}, 1))
+	sem := v.(chan struct{})
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	return func() error {
+		once.Do(func() { <-sem })
+		return nil
+	}, nil
+}
+
+// SaveCircuits implements app.CircuitStore.
+func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
+	err := db.do(ctx, func(tx *wtx) error {
+		for _, c := range cs {
+			var desde, ate int64
+			if c.Aberto {
+				desde, ate = ms(c.Desde), ms(c.Ate)
+			}
+			if _, err := tx.Exec(`INSERT INTO circuito (integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao)
+				VALUES (?, ?, ?, ?, ?, ?, ?, 1)
+				ON CONFLICT (integrador_id) DO UPDATE SET aberto = excluded.aberto, desde = excluded.desde,
+					ate = excluded.ate, cooldown_ms = excluded.cooldown_ms, falhas = excluded.falhas,
+					origem = excluded.origem, versao = circuito.versao + 1`,
+				c.Integrador, c.Aberto, desde, ate, c.Cooldown.Milliseconds(), c.Falhas, c.Origem); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("save circuits: %w", err)
+	}
+	return nil
+}
+
+// Circuits implements app.CircuitStore.
+func (db *DB) Circuits(ctx context.Context) ([]app.StoredCircuit, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao
+		FROM circuito ORDER BY integrador_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read circuits: %w", err)
+	}
+	defer rows.Close()
+	var out []app.StoredCircuit
+	for rows.Next() {
+		var c app.StoredCircuit
+		var desde, ate, cooldown int64
+		if err := rows.Scan(&c.Integrador, &c.Aberto, &desde, &ate, &cooldown, &c.Falhas, &c.Origem, &c.Versao); err != nil {
+			return nil, fmt.Errorf("read circuits: %w", err)
+		}
+		if c.Aberto {
+			c.Desde, c.Ate = fromMS(desde), fromMS(ate)
+		}
+		c.Cooldown = time.Duration(cooldown) * time.Millisecond
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// CadastroVersion implements app.CadastroVersioner: migration 13's
+// triggers move it.
+func (db *DB) CadastroVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := db.read.QueryRowContext(ctx, `SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read cadastro version: %w", err)
+	}
+	return v, nil
+}
