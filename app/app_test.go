@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,18 +16,19 @@ import (
 
 	"geohub/app"
 	"geohub/app/redact"
-	"geohub/store"
+	"geohub/store/storetest"
 )
 
-// bundle is a wired event log on a real SQLite file, as serve wires it.
+// bundle is the service graph serve runs (storetest's kit), with the test
+// types registered; every service and the store read one fake clock.
 type bundle struct {
-	db        *store.DB
+	kit       *storetest.Kit
+	db        storetest.Store
 	registry  *app.Registry
 	pub       *app.Publisher
 	consumers *app.Consumers
 	audit     *app.Queries
 	clock     *fakeClock
-	cancel    context.CancelFunc
 }
 
 type fakeClock struct {
@@ -50,49 +48,41 @@ func (c *fakeClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// setup opens path (a fresh temp file when empty), registers the test types
-// and lets subscribe register consumers before they start.
-func setup(t *testing.T, path string, subscribe func(*app.Consumers)) *bundle {
+// setup opens the database at loc (a storetest.Location; a fresh one when
+// empty), lets subscribe register consumers and adjust them before they
+// start, and registers the test types. Handlers time out after 2s unless
+// subscribe says otherwise.
+func setup(t *testing.T, loc string, subscribe func(*app.Consumers)) *bundle {
 	t.Helper()
-	if path == "" {
-		path = filepath.Join(t.TempDir(), store.FileName)
-	}
-	ctx := context.Background()
-	db, err := store.Open(ctx, path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := storetest.New(t, storetest.Options{
+		Deps: app.Deps{Now: clock.Now},
+		At:   loc,
+		// In Tune, not Subscribe, so that a HandlerTimeout subscribe sets
+		// wins over this default.
+		Tune: func(s *app.Services) {
+			s.Consumers.HandlerTimeout = 2 * time.Second
+			if subscribe != nil {
+				subscribe(s.Consumers)
+			}
+		},
+	})
 	for _, tv := range testTypes {
-		if _, _, err := reg.Register(ctx, tv); err != nil {
+		if _, _, err := k.Registry.Register(t.Context(), tv); err != nil {
 			t.Fatal(err)
 		}
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cons := &app.Consumers{Log: db, Store: db, Now: clock.Now, Logger: logger, HandlerTimeout: 2 * time.Second}
-	if subscribe != nil {
-		subscribe(cons)
-	}
-	db.OnCommit(cons.Committed)
-	runCtx, cancel := context.WithCancel(ctx)
-	if err := cons.Start(runCtx); err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{db: db, registry: reg, consumers: cons, clock: clock, cancel: cancel,
-		pub:   &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now},
-		audit: &app.Queries{Log: db, Store: db}}
-	t.Cleanup(b.close)
-	return b
+	return &bundle{kit: k, db: k.DB, registry: k.Registry, pub: k.Publisher,
+		consumers: k.Consumers, audit: k.Queries, clock: clock}
 }
 
-func (b *bundle) close() {
-	b.cancel()
-	b.consumers.Wait()
-	b.db.Close()
+// close shuts the graph down and closes the database, so that a restart
+// can open it again.
+func (b *bundle) close(t *testing.T) {
+	t.Helper()
+	if err := b.kit.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var testTypes = []app.TypeVersion{
@@ -474,7 +464,7 @@ func TestConsumers(t *testing.T) {
 		b.publish(t, reqA(3))
 		waitFor(t, "the third event handled", func() bool { return len(rec.events()) == 3 })
 		stopped := make(chan struct{})
-		go func() { b.cancel(); b.consumers.Wait(); close(stopped) }()
+		go func() { b.kit.Stop(); close(stopped) }()
 		select {
 		case <-stopped:
 		case <-time.After(10 * time.Second):
@@ -562,7 +552,7 @@ func TestConsumers(t *testing.T) {
 		}
 	})
 	t.Run("T20 a restart replays the failed type from its failure; the other type's cursor is untouched", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), store.FileName)
+		loc := storetest.Location(t)
 		var failA atomic.Bool
 		failA.Store(true)
 		recA := &recorder{fail: func(app.Event) error {
@@ -576,7 +566,7 @@ func TestConsumers(t *testing.T) {
 			c.Subscribe("teste:a", "col", "hA", recA.handle)
 			c.Subscribe("teste:b", "col", "hB", recB.handle)
 		}
-		b := setup(t, path, sub)
+		b := setup(t, loc, sub)
 		evA := b.publish(t, reqA(1))
 		evB := b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`)})
 		waitFor(t, "B handled and A failed", func() bool {
@@ -588,11 +578,11 @@ func TestConsumers(t *testing.T) {
 		if cur["teste:a"] >= evA.Sequence {
 			t.Fatalf("cursor A advanced past its failure: %d", cur["teste:a"])
 		}
-		b.close()
+		b.close(t)
 
 		failA.Store(false)
 		recA2, recB2 := &recorder{}, &recorder{}
-		b2 := setup(t, path, func(c *app.Consumers) {
+		b2 := setup(t, loc, func(c *app.Consumers) {
 			c.Subscribe("teste:a", "col", "hA", recA2.handle)
 			c.Subscribe("teste:b", "col", "hB", recB2.handle)
 		})
@@ -606,13 +596,13 @@ func TestConsumers(t *testing.T) {
 		}
 	})
 	t.Run("a new consumer starts at the head, not at 0", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), store.FileName)
-		b := setup(t, path, nil)
+		loc := storetest.Location(t)
+		b := setup(t, loc, nil)
 		b.publish(t, reqA(1))
 		b.publish(t, reqA(2))
-		b.close()
+		b.close(t)
 		rec := &recorder{}
-		b2 := setup(t, path, func(c *app.Consumers) { c.Subscribe("teste:a", "nova", "h", rec.handle) })
+		b2 := setup(t, loc, func(c *app.Consumers) { c.Subscribe("teste:a", "nova", "h", rec.handle) })
 		cur, _ := b2.db.Cursors(t.Context(), "nova")
 		if cur["teste:a"] != 2 {
 			t.Fatalf("seeded cursor %d, want 2", cur["teste:a"])
@@ -793,20 +783,19 @@ func tail(s []int64) []int64 { return s[max(0, len(s)-3):] }
 // but a version stored before that rule still loads and still answers an
 // identical re-registration with 200.
 func TestRegistryDraftRule(t *testing.T) {
-	path := filepath.Join(t.TempDir(), store.FileName)
+	loc := storetest.Location(t)
 	old := app.TypeVersion{Tipo: "antigo:tipo", Versao: "1.0.0", Status: app.StatusAtivo, Audiencia: app.AudienciaTodos,
 		Schema:   json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object"}`),
 		Redacao:  redact.Rules{Manter: []string{""}},
 		CriadoEm: time.Now()}
-	db, err := store.Open(t.Context(), path, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storetest.OpenAt(t, loc, nil)
 	if _, _, err := db.InsertTypeVersion(t.Context(), old, nil); err != nil { // as an older geohub stored it
 		t.Fatal(err)
 	}
-	db.Close()
-	b := setup(t, path, nil)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, loc, nil)
 	if _, created, err := b.registry.Register(t.Context(), old); err != nil || created {
 		t.Fatalf("identical re-registration of a stored draft-07 version: created=%v err=%v", created, err)
 	}

@@ -29,6 +29,11 @@ type Options struct {
 	// Postgres, when set, is the URL of a PostgreSQL database the kit opens
 	// whatever Backend says: kits given the same URL are replicas.
 	Postgres string
+	// At, when set, is a database Location returned, which the kit opens
+	// as it stands instead of an empty one: a restart, once the kit that
+	// ran on it is closed (Kit.Close), or a database a test filled first.
+	// Unlike Postgres it follows Backend, so such a test runs on both.
+	At string
 	// BuiltinTypes registers the built-in event types, as serve does.
 	BuiltinTypes bool
 	// AdminPassword, when set, creates the admin operator with it.
@@ -57,9 +62,12 @@ func New(t testing.TB, o Options) *Kit {
 	t.Helper()
 	ctx := context.Background()
 	var db Store
-	if o.Postgres != "" {
+	switch {
+	case o.Postgres != "":
 		db = OpenPostgres(t, o.Postgres, o.Now)
-	} else {
+	case o.At != "":
+		db = OpenAt(t, o.At, o.Now)
+	default:
 		db = Open(t, o.Now)
 	}
 	d := o.Deps
@@ -102,6 +110,14 @@ func New(t testing.TB, o Options) *Kit {
 	return k
 }
 
+// Close stops the services and closes the database now, as a shutdown
+// does, so that a test can open the same database again (Options.At); the
+// cleanup then finds nothing left to do.
+func (k *Kit) Close() error {
+	k.Stop()
+	return k.DB.Close()
+}
+
 // Store is what a kit's database is: the services' store and the
 // ocorrência read model.
 type Store interface {
@@ -114,19 +130,39 @@ type Store interface {
 // test's cleanup.
 func Open(t testing.TB, now func() time.Time) Store {
 	t.Helper()
+	return OpenAt(t, Location(t), now)
+}
+
+// Location is where a new, empty database of the test's own is, on the
+// backend Backend names: a file path in the test's temporary directory
+// (SQLite) or the URL of a fresh database dropped at cleanup (PostgreSQL).
+// Opening it (OpenAt, Options.At) creates the schema; opening it again
+// after closing finds what was stored, as a restart does.
+func Location(t testing.TB) string {
+	t.Helper()
 	switch b := Backend(); b {
 	case "sqlite":
-		db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), store.FileName), store.Options{Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return closed(t, db)
+		return filepath.Join(t.TempDir(), store.FileName)
 	case "postgres":
-		return OpenPostgres(t, PostgresDatabase(t), now)
+		return PostgresDatabase(t)
 	default:
 		t.Fatalf("GEOHUB_TEST_BACKEND=%q: want sqlite or postgres", b)
-		return nil
+		return ""
 	}
+}
+
+// OpenAt opens the database at loc, a Location, on the backend Backend
+// names, closed at the test's cleanup; closing it earlier is allowed.
+func OpenAt(t testing.TB, loc string, now func() time.Time) Store {
+	t.Helper()
+	if Backend() == "postgres" {
+		return OpenPostgres(t, loc, now)
+	}
+	db, err := store.Open(context.Background(), loc, store.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return closed(t, db)
 }
 
 // OpenPostgres opens the PostgreSQL database at url (one replica of it),
