@@ -455,3 +455,17 @@ CREATE TRIGGER integrator_cadastro_delete AFTER DELETE ON integrator
 BEGIN
     UPDATE cadastro_versao SET versao = versao + 1 WHERE id = 1;
 END;
+
+-- migration: 14
+
+-- The check of the master key (app.CheckMasterKey): an HMAC of a constant
+-- under a key derived from it, stored by the first open and compared by
+-- every later one, so a process given another key (or pointed at another
+-- installation's database) refuses to start before it seals or sends
+-- anything. Empty until then: a database older than this migration takes
+-- its value at its next open, once the key opens what it already sealed.
+CREATE TABLE verificacao_chave (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    hmac       BLOB    NOT NULL,
+    gravada_em INTEGER NOT NULL -- unix milliseconds
+);

@@ -120,7 +120,7 @@ type motivo struct {
 // whose code is a refusal (4xx), which is recorded and published as
 // integracao:comando-recusado. Any other error (the database, a bug) is
 // returned without recording anything, so a retry runs the command again.
-func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (answer Outcome, rerr error) {
+func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (Outcome, error) {
 	if (cmd.Integrador == "") == (cmd.Operador == "") {
 		return Outcome{}, fmt.Errorf("a command needs exactly one requester, integrator %q or operator %q", cmd.Integrador, cmd.Operador)
 	}
@@ -144,12 +144,11 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 		return Outcome{}, err
 	}
 	// Held until the outcome committed (or nothing was recorded): the next
-	// holder's lookup then sees it.
-	defer func() {
-		if uerr := unlock(); uerr != nil && rerr == nil {
-			answer, rerr = Outcome{}, uerr
-		}
-	}()
+	// holder's lookup then sees it. A lock lost before that (unlock's
+	// error) changes no answer: the outcome decides its append (see
+	// PublishAudited), so of two overlapping runs one is stored, and both
+	// callers get it.
+	defer unlock()
 	if prev, err := c.Log.Event(ctx, outcomeID); err == nil {
 		return recorded(prev, digest)
 	} else if !errors.Is(err, ErrNotFound) {
@@ -208,9 +207,11 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 		return Outcome{}, err
 	}
 	// The answer is read back from the stored outcome, so the first answer
-	// and every repeat are the same bytes.
-	o, err := recorded(stored[len(stored)-1].Event, digest)
-	o.Repeat = false
+	// and every repeat are the same bytes. Not created: another run of the
+	// command (on a replica whose lock it took over) stored it first.
+	last := stored[len(stored)-1]
+	o, err := recorded(last.Event, digest)
+	o.Repeat = !last.Created
 	return o, err
 }
 

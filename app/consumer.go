@@ -74,6 +74,17 @@ const MaxDLQAttempts = 5
 
 // Consumers runs the in-process consumers: per colonia, a goroutine that
 // catches up from the log, then follows the live stream of commits.
+//
+// They run only while this replica leads (SPEC 12), so that across the
+// replicas of one database each event is handled once, a failure counts
+// one attempt and holds the cursor back as SPEC 4.5 says: a replica that
+// gains the lead starts them (a catch-up from the shared cursors, then
+// live), one that loses it stops them at once, and one that resigns
+// (a clean stop) waits for them to save their cursors first, so the next
+// leader goes on from there. Only in the instant of a hand-over that is not
+// a resignation (a term lost to a stall or a broken link) may both handle
+// the same events, which handlers already tolerate (at-least-once). A lone
+// process (SQLite, or a nil Leader) always leads.
 type Consumers struct {
 	Log            EventLog
 	Store          ConsumerStore
@@ -81,6 +92,11 @@ type Consumers struct {
 	Logger         *slog.Logger
 	Metrics        *Metrics
 	HandlerTimeout time.Duration // default 10s
+	// Leader gates the consumers; nil runs them always.
+	Leader *Leader
+	// Announcer, when set, tells the other replicas after each save of the
+	// cursors that the read models changed (see ConsumedAnnouncer).
+	Announcer ConsumedAnnouncer
 
 	mu       sync.Mutex
 	colonias map[string]*consumer
@@ -89,9 +105,23 @@ type Consumers struct {
 
 	// liveMu orders what goes into the live queues, from this process's
 	// commits and from the other replicas' (Remote); seen is the highest
-	// sequence number they have covered, by a row or a mark.
+	// sequence number they have covered, by a row or a mark. Nothing is
+	// queued while the consumers do not run (active): their next catch-up
+	// reads it from the log.
 	liveMu sync.Mutex
 	seen   int64
+	active bool
+
+	runMu   sync.Mutex
+	current *consumerRun // nil while the consumers do not run
+}
+
+// consumerRun is one term's worth of consumer goroutines.
+type consumerRun struct {
+	readies []chan struct{} // each closed after its colonia's first catch-up
+	stopped chan struct{}   // closed once every goroutine returned
+	wg      sync.WaitGroup
+	release func()
 }
 
 type subscription struct {
@@ -130,11 +160,14 @@ const (
 	liveBufferBytes = 32 << 20
 )
 
-// Start seeds missing cursors with the log's highest sequence and starts one
-// goroutine per colonia; each replays what it missed before following live
-// commits. It returns once every consumer has replayed what it missed (the
-// boot protocol of seed 001: replay, then consume live), so events published
-// after Start reach handlers with their full payload.
+// Start seeds missing cursors with the log's highest sequence and, while
+// this replica leads, runs one goroutine per colonia; each replays what it
+// missed before following live commits. When this replica leads as Start
+// is called, Start returns once every consumer has replayed what it missed
+// (the boot protocol of seed 001: replay, then consume live), so events
+// published after Start reach handlers with their full payload; when it
+// does not, it returns at once, and the consumers start whenever it gains
+// the lead, until ctx ends.
 func (c *Consumers) Start(ctx context.Context) error {
 	c.mu.Lock()
 	c.started = true
@@ -153,29 +186,86 @@ func (c *Consumers) Start(ctx context.Context) error {
 	// Whatever committed before, also on another replica whose
 	// notification was missed, is read from the log.
 	c.Remote(max)
-	var readies []chan struct{}
 	for _, k := range ks {
 		for tipo := range k.handlers {
 			if err := c.Store.SeedCursor(ctx, k.colonia, tipo, max); err != nil {
 				return fmt.Errorf("seed cursor %s/%s: %w", k.colonia, tipo, err)
 			}
 		}
-		ready := make(chan struct{})
-		readies = append(readies, ready)
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			k.run(ctx, ready)
-		}()
 	}
-	for _, ready := range readies {
+	var first *consumerRun
+	if term, release, ok := c.Leader.Term(ctx); ok {
+		first = c.launch(term, release, ks)
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.supervise(ctx, first, ks)
+	}()
+	if first == nil {
+		return nil
+	}
+	for _, ready := range first.readies {
 		select {
 		case <-ready:
+		case <-first.stopped:
+			return nil // the lead was lost meanwhile: the next leader catches up
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// supervise follows the lead: it waits for the running consumers to stop
+// (their term ended), then starts them again when this replica next leads.
+func (c *Consumers) supervise(ctx context.Context, run *consumerRun, ks []*consumer) {
+	for {
+		if run != nil {
+			c.finish(run)
+		}
+		term, release, ok := c.Leader.Await(ctx)
+		if !ok {
+			return
+		}
+		run = c.launch(term, release, ks)
+	}
+}
+
+// launch starts one goroutine per colonia under term, which ends with
+// this replica's term.
+func (c *Consumers) launch(term context.Context, release func(), ks []*consumer) *consumerRun {
+	run := &consumerRun{stopped: make(chan struct{}), release: release}
+	c.liveMu.Lock()
+	c.active = true
+	c.liveMu.Unlock()
+	c.runMu.Lock()
+	c.current = run
+	c.runMu.Unlock()
+	for _, k := range ks {
+		ready := make(chan struct{})
+		run.readies = append(run.readies, ready)
+		run.wg.Add(1)
+		go func() {
+			defer run.wg.Done()
+			k.run(term, ready)
+		}()
+	}
+	return run
+}
+
+// finish waits for run's goroutines, which saved their cursors, and lets
+// the term go (a resignation waits for that).
+func (c *Consumers) finish(run *consumerRun) {
+	run.wg.Wait()
+	c.liveMu.Lock()
+	c.active = false
+	c.liveMu.Unlock()
+	c.runMu.Lock()
+	c.current = nil
+	c.runMu.Unlock()
+	close(run.stopped)
+	run.release()
 }
 
 // Wait blocks until every consumer goroutine has stopped (after ctx ends).
@@ -200,6 +290,10 @@ func (c *Consumers) Committed(batch []Appended) {
 	}
 	c.liveMu.Lock()
 	defer c.liveMu.Unlock()
+	if !c.active {
+		c.seen = max(c.seen, batch[len(batch)-1].Event.Sequence)
+		return
+	}
 	if first := batch[0].Event.Sequence; first > c.seen+1 {
 		c.mark(first - 1)
 	}
@@ -242,7 +336,9 @@ func (c *Consumers) Remote(seq int64) {
 	if seq <= c.seen {
 		return // covered: by this process's rows or an earlier mark
 	}
-	c.mark(seq)
+	if c.active {
+		c.mark(seq)
+	}
 	c.seen = seq
 }
 
@@ -308,18 +404,48 @@ func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (res Repro
 		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
 			Message: "reprocessamento permitido uma vez por minuto por colônia"}
 	}
-	req := reprocessReq{ctx: ctx, done: make(chan reprocessRes, 1)}
-	select {
-	case k.reprocess <- req:
-	case <-ctx.Done():
-		return ReprocessResult{}, ctx.Err()
+	c.runMu.Lock()
+	run := c.current
+	c.runMu.Unlock()
+	if run != nil {
+		req := reprocessReq{ctx: ctx, done: make(chan reprocessRes, 1)}
+		select {
+		case k.reprocess <- req:
+			select {
+			case res := <-req.done:
+				return res.ReprocessResult, res.err
+			case <-ctx.Done():
+				return ReprocessResult{}, ctx.Err()
+			}
+		case <-run.stopped:
+			// The lead was lost before the colonia's goroutine took it.
+		case <-ctx.Done():
+			return ReprocessResult{}, ctx.Err()
+		}
 	}
-	select {
-	case res := <-req.done:
-		return res.ReprocessResult, res.err
-	case <-ctx.Done():
-		return ReprocessResult{}, ctx.Err()
+	return c.reprocessHere(ctx, k)
+}
+
+// reprocessHere retries the open entries on a replica whose consumers do
+// not run (it does not lead): the request may land on any replica. It runs
+// on the request's goroutine, one at a time per colonia on this replica
+// (and the minute's limit, in the database, keeps replicas from running it
+// at once), possibly beside the leader's live handling of the same
+// colonia: handlers are idempotent, and the ocorrências' fold is
+// order-free. It moves no cursor, since this replica does not know where
+// the leader's are: the store stops clamping them before the entries
+// resolved, and the leader's next save moves them past.
+func (c *Consumers) reprocessHere(ctx context.Context, k *consumer) (ReprocessResult, error) {
+	k.inline.Lock()
+	defer k.inline.Unlock()
+	// As on the goroutine: a client that hangs up must not leave entries
+	// half-processed.
+	ctx = context.WithoutCancel(ctx)
+	res, err := c.retryOpen(ctx, k, func(string) {})
+	if res.Resolvidos > 0 {
+		c.announce(ctx)
 	}
+	return res, err
 }
 
 type reprocessReq struct {
@@ -340,6 +466,7 @@ type consumer struct {
 	overflow  atomic.Bool
 	queued    atomic.Int64 // payload bytes waiting in live
 	reprocess chan reprocessReq
+	inline    sync.Mutex // reprocessHere, one at a time
 
 	held    *Appended        // first live event met during catch-up
 	pos     int64            // highest sequence seen (handled or skipped)
@@ -350,10 +477,19 @@ type consumer struct {
 	open    map[string]bool  // event ids with an open DLQ entry
 }
 
-// run closes ready after its first catch-up.
+// run closes ready after its first catch-up. When ctx ends (the term or
+// the process), it saves what it handled since the last save, so that the
+// next leader does not handle it again.
 func (k *consumer) run(ctx context.Context, ready chan struct{}) {
 	c := k.parent
 	log := c.Logger.With("colonia", k.colonia)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := k.save(sctx); err != nil {
+			log.Error("save consumer cursor on stopping: the next run handles those events again", "err", err)
+		}
+	}()
 	for {
 		if err := k.catchUp(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -580,11 +716,39 @@ func (k *consumer) save(ctx context.Context) error {
 		k.cursors[tipo] = seq
 	}
 	k.done = map[string]int64{}
+	k.parent.announce(ctx)
 	return nil
 }
 
+// announce tells the other replicas the read models changed; a lost
+// announcement only leaves their console pages behind until the next.
+func (c *Consumers) announce(ctx context.Context) {
+	if c.Announcer == nil {
+		return
+	}
+	if err := c.Announcer.AnnounceConsumed(ctx); err != nil && ctx.Err() == nil {
+		c.Logger.Warn("could not tell the other replicas the read models changed", "err", err)
+	}
+}
+
 func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
-	c := k.parent
+	res, err := k.parent.retryOpen(ctx, k, func(eventID string) { delete(k.open, eventID) })
+	if err != nil {
+		return res, err
+	}
+	// A resolved failure no longer holds the cursor back; the store clamps
+	// the cursor to the failures still open.
+	for tipo := range k.handlers {
+		if !k.blocked[tipo] {
+			k.done[tipo] = max(k.pos, k.done[tipo])
+		}
+	}
+	return res, k.save(ctx)
+}
+
+// retryOpen runs the handlers again on k's open DLQ entries, with the
+// redacted payload from the log; resolved is called for each that passed.
+func (c *Consumers) retryOpen(ctx context.Context, k *consumer, resolved func(eventID string)) (ReprocessResult, error) {
 	var res ReprocessResult
 	entries, err := c.Store.DLQOpen(ctx, k.colonia, 1000)
 	if err != nil {
@@ -609,19 +773,12 @@ func (k *consumer) reprocessDLQ(ctx context.Context) (ReprocessResult, error) {
 			continue
 		}
 		res.Resolvidos++
-		delete(k.open, e.EventID)
+		resolved(e.EventID)
 		if err := c.Store.SetDLQStatus(ctx, e.EventID, k.colonia, DLQResolved); err != nil {
 			return res, err
 		}
 	}
-	// A resolved failure no longer holds the cursor back; the store clamps
-	// the cursor to the failures still open.
-	for tipo := range k.handlers {
-		if !k.blocked[tipo] {
-			k.done[tipo] = max(k.pos, k.done[tipo])
-		}
-	}
-	return res, k.save(ctx)
+	return res, nil
 }
 
 const replayPage = 1000

@@ -148,6 +148,7 @@ const roundDelay = 5 * time.Millisecond
 type dispatch struct {
 	inFlight map[string]int
 	total    int
+	sending  map[int64]bool // the rows on the wire
 	queued   map[string][]heldRow
 	nQueued  int
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
@@ -159,6 +160,32 @@ type dispatch struct {
 	flushing  bool        // flush is armed
 	wakeAt    time.Time   // when the main timer fires
 	paused    bool        // a round failed: the next waits for the timer
+	// reconcile: a round failed, and its commit may have happened anyway,
+	// leasing this worker rows it does not hold; the next round gives
+	// them back first (ReconcileDeliveries).
+	reconcile bool
+}
+
+// held is every row this worker has claimed and not yet finished: on the
+// wire, waiting for a slot, or with an outcome not yet recorded (batch,
+// the round's own).
+func (st *dispatch) held(batch []DeliveryResult) []int64 {
+	ids := make([]int64, 0, len(st.sending)+st.nQueued+len(st.outcomes)+len(batch))
+	for id := range st.sending {
+		ids = append(ids, id)
+	}
+	for _, rows := range st.queued {
+		for _, h := range rows {
+			ids = append(ids, h.ID)
+		}
+	}
+	for _, r := range st.outcomes {
+		ids = append(ids, r.ID)
+	}
+	for _, r := range batch {
+		ids = append(ids, r.ID)
+	}
+	return ids
 }
 
 // heldRow is a claimed row waiting for a slot, with the end of its lease.
@@ -197,7 +224,9 @@ type round struct {
 	asked   int
 	claimed []Delivery
 	failing map[string]time.Time
-	err     error
+	// reconciled: the round gave back the rows it did not hold first.
+	reconciled bool
+	err        error
 }
 
 // Run delivers until ctx ends, then waits for in-flight requests (bounded by
@@ -218,7 +247,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	defer d.followShared(ctx)() // what other replicas change: circuits, the cadastro
-	st := &dispatch{inFlight: map[string]int{}, queued: map[string][]heldRow{}, wantClaim: true,
+	st := &dispatch{inFlight: map[string]int{}, sending: map[int64]bool{}, queued: map[string][]heldRow{}, wantClaim: true,
 		flush: time.NewTimer(roundDelay)}
 	st.flush.Stop()
 	defer st.flush.Stop()
@@ -246,7 +275,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			st.wantClaim, st.flushing = false, false
 			st.flush.Stop()
-			if len(st.outcomes) > 0 || len(quotas) > 0 {
+			if len(st.outcomes) > 0 || len(quotas) > 0 || live && st.reconcile {
 				d.record(dbCtx, st, quotas, done)
 			} else if !live && st.total == 0 {
 				if err := d.Store.ReleaseDeliveries(dbCtx, d.Worker); err != nil {
@@ -289,6 +318,7 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 		delete(st.inFlight, r.Integrador)
 	}
 	st.total--
+	delete(st.sending, r.ID)
 	if !r.Unsent {
 		d.trip(r.Integrador, r.ID, r.Falha, r.Transport, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
@@ -335,6 +365,7 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 			}
 			st.inFlight[id]++
 			st.total++
+			st.sending[h.ID] = true
 			go func() { results <- d.deliver(ctx, h.Delivery) }()
 		}
 		st.nQueued -= n
@@ -356,10 +387,28 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 	for _, q := range quotas {
 		asked += q.N
 	}
+	var held []int64
+	if st.reconcile {
+		// Taken now, in the loop: until this round ends nothing is claimed,
+		// and what leaves the wire or the queue joins the outcomes, still held.
+		held = st.held(batch)
+	}
 	go func() {
 		saved := d.saveCircuits(ctx) // beside the round: the writer usually commits both at once
 		defer saved()
 		rec := round{batch: batch, at: d.Now(), asked: asked}
+		if held != nil {
+			n, err := d.Store.ReconcileDeliveries(ctx, d.Worker, held)
+			if err != nil {
+				rec.err = fmt.Errorf("reconcile leases: %w", err)
+				done <- rec
+				return
+			}
+			if n > 0 {
+				d.Logger.Warn("gave back deliveries leased by a round whose commit was not confirmed", "n", n)
+			}
+			rec.reconciled = true
+		}
 		if len(batch) == 0 {
 			rec.claimed, rec.err = d.Store.ClaimDeliveries(ctx, d.Worker, rec.at, d.Lease, quotas)
 		} else {
@@ -374,17 +423,25 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer *time.Timer) {
 	if rec.err != nil {
 		d.Logger.Error("record delivery outcomes", "err", rec.err, "n", len(rec.batch))
-		// Nothing of the round was committed: its claims are not ours. Its
-		// outcomes wait for the next round, a second from now (a full disk
-		// must not spin the loop); on shutdown they are dropped, and the
-		// rows, still leased, are returned at the next start.
+		// Whether the round committed is not known (the link may have
+		// broken during COMMIT, or the batch deadline ended it there): its
+		// claims are not taken, and the next round first gives back what
+		// a commit may have leased to this worker regardless, so those rows
+		// wait a second, not for the lease to end and the reaper to count
+		// a queda against each. Its outcomes wait for that round too, a
+		// second from now (a full disk must not spin the loop). On shutdown
+		// they are dropped, and the rows go back with ReleaseDeliveries.
 		rec.claimed = nil
+		st.reconcile = true
 		if ctx.Err() == nil {
 			st.outcomes = append(rec.batch, st.outcomes...)
 			st.paused = true
 			d.arm(timer, st, time.Second)
 		}
 		return
+	}
+	if rec.reconciled {
+		st.reconcile = false
 	}
 	for _, r := range rec.batch {
 		if !r.Deferred && !r.Unsent {

@@ -114,6 +114,12 @@ type Pending struct {
 	// Audit, when set, is written in the batch's transaction if the event
 	// is new: a command's outcome carries the command's audit entry.
 	Audit *AuditEntry
+	// Decides makes the whole batch conditional on this event: when its
+	// event_id is already stored, nothing of the batch is inserted, and
+	// only this entry's Stored is filled (with the stored record). A
+	// command's outcome decides: stored, it says the command ran, and
+	// another run's domain events, which have fresh ids, must not follow it.
+	Decides bool
 }
 
 // Stored is what the log answers for one Pending: the stored record and

@@ -18,6 +18,7 @@ const (
 	labelRedaction = "geohub redaction v1"      // the HMAC of redaction's hash rules
 	labelCSRF      = "geohub csrf v1"           // the console's CSRF tokens
 	labelCommand   = "geohub command digest v1" // command body digests
+	labelKeyCheck  = "geohub key check v1"      // the database's check of the master key (keycheck.go)
 )
 
 func deriveKey(master []byte, label string) ([]byte, error) {

@@ -22,6 +22,9 @@ func TestKeysDerivedFromTheMasterKeyNeverChange(t *testing.T) {
 		{"redaction", app.DeriveRedactionKey(master), "d27c4d33b42af3ee8b9cddf765fd95742b5472dc61fd5843ab9565227b088815"},
 		{"csrf", app.DeriveCSRFKey(master), "d5d70c6a353210d3d42a561c2180f555f8f63f50181d62e5d102801a46178f11"},
 		{"command", app.DeriveCommandKey(master), "ee0a0fb7f8dfb7885d59d23cfdc2bee73725bd59efa5965017f3ae63dd7da1d4"},
+		// Not a key but the value databases store to recognise theirs:
+		// HMAC-SHA256 of keycheck.go's constant under its own label.
+		{"key check", app.DeriveKeyCheck(master), "f2fcdf176d4fcea419b25b329391c011559d2d9984ac96ad0ac9f00ea30c2b83"},
 	} {
 		if hex.EncodeToString(c.got) != c.want {
 			t.Errorf("%s key = %x, want %s", c.name, c.got, c.want)

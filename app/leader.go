@@ -43,7 +43,11 @@ const DefaultLeaderTTL = 15 * time.Second
 // a leader that cannot reach the database steps down before the database
 // would let another replica take over, so two replicas never both believe
 // they lead. Losing the term (expired, taken over, or not renewed in time)
-// ends the context Term hands out, which stops the duties at once.
+// ends the context Term hands out, which stops the duties at once. The
+// trust deadline ends it too, by its own timer and in Leading and Term: a
+// process paused past it (a stopped VM, a long GC or swap) must not act on
+// the term when it resumes, before the elector's goroutine runs and finds
+// the renewal late.
 //
 // A nil *Leader always leads: a process that is alone on its database.
 type Leader struct {
@@ -63,8 +67,18 @@ type Leader struct {
 	mu      sync.Mutex
 	term    int64
 	trusted time.Time // the term is not trusted past this (monotonic)
+	current *termRun  // the running term's context; nil when not leading
+	gained  chan struct{}
+}
+
+// termRun is one term's context and who holds it: a resignation waits for
+// the holders to let go (see resign), so that the next leader starts from
+// what they saved.
+type termRun struct {
 	ctx     context.Context
 	end     context.CancelFunc
+	expiry  *time.Timer
+	holders sync.WaitGroup
 }
 
 // LeaderSignals are the elector's test hooks.
@@ -79,6 +93,7 @@ type LeaderSignals struct {
 func (l *Leader) init() {
 	l.once.Do(func() {
 		l.wake = make(chan struct{}, 1)
+		l.gained = make(chan struct{})
 		if l.ID == "" {
 			l.ID = uuid.NewString()
 		}
@@ -101,35 +116,73 @@ func (l *Leader) Leading() bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.term != 0
+	return l.term != 0 && time.Now().Before(l.trusted)
 }
 
 // Term returns a context that ends with ctx or with this replica's term,
 // whichever ends first, for a duty only the leader runs; ok is false when
-// this replica does not lead now. Call release once the duty is done.
+// this replica does not lead now. The context outlives renewals: it ends
+// when the term is lost, resigned, or left unrenewed past its trust
+// deadline. Call release once the duty is done (a resignation waits for
+// it, up to that deadline).
 func (l *Leader) Term(ctx context.Context) (_ context.Context, release func(), ok bool) {
 	if l == nil {
 		return ctx, func() {}, true
 	}
 	l.mu.Lock()
-	term := l.ctx
-	l.mu.Unlock()
-	if term == nil || term.Err() != nil {
+	run := l.current
+	if run == nil || run.ctx.Err() != nil || !time.Now().Before(l.trusted) {
+		l.mu.Unlock()
 		return ctx, func() {}, false
 	}
+	// Under mu: resign clears run under it before waiting, so no holder
+	// joins a term whose resignation is waiting.
+	run.holders.Add(1)
+	l.mu.Unlock()
 	c, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(term, cancel)
-	return c, func() { stop(); cancel() }, true
+	stop := context.AfterFunc(run.ctx, cancel)
+	var once sync.Once
+	return c, func() { once.Do(func() { stop(); cancel(); run.holders.Done() }) }, true
+}
+
+// Await waits until this replica leads, then returns Term's context; ok
+// is false when ctx ended first.
+func (l *Leader) Await(ctx context.Context) (_ context.Context, release func(), ok bool) {
+	if l == nil {
+		return ctx, func() {}, ctx.Err() == nil
+	}
+	l.init()
+	for {
+		l.mu.Lock()
+		gained := l.gained
+		l.mu.Unlock()
+		if c, release, ok := l.Term(ctx); ok {
+			return c, release, true
+		}
+		select {
+		case <-gained:
+		case <-ctx.Done():
+			return ctx, func() {}, false
+		}
+	}
 }
 
 // duty gates one pass of the periodic duties: the pass runs with the
-// context Term returns when ok.
+// context Term returns when ok, bounded by the trust deadline as it stands
+// at the start, since a pass is short.
 func (l *Leader) duty(ctx context.Context) (_ context.Context, release func(), ok bool) {
-	c, release, ok := l.Term(ctx)
+	c, held, ok := l.Term(ctx)
 	if l != nil {
 		l.Signals.Duties.raise(ok)
 	}
-	return c, release, ok
+	if !ok || l == nil {
+		return c, held, ok
+	}
+	l.mu.Lock()
+	trusted := l.trusted
+	l.mu.Unlock()
+	c, cancel := context.WithDeadline(c, trusted)
+	return c, func() { cancel(); held() }, true
 }
 
 // Wake makes a follower stand for election now: the leader announced it
@@ -267,10 +320,31 @@ func (l *Leader) trust() time.Duration { return l.TTL - l.TTL/10 }
 func (l *Leader) gain(term int64, trusted time.Time) {
 	l.mu.Lock()
 	l.term, l.trusted = term, trusted
-	l.ctx, l.end = context.WithCancel(context.Background())
+	run := &termRun{}
+	run.ctx, run.end = context.WithCancel(context.Background())
+	run.expiry = time.AfterFunc(time.Until(trusted), func() { l.expire(run) })
+	l.current = run
+	close(l.gained)
+	l.gained = make(chan struct{})
 	l.mu.Unlock()
 	l.Logger.Info("this replica leads the periodic duties", "replica", l.ID, "mandato", term)
 	l.Signals.Changed.raise(true)
+}
+
+// expire is the trust deadline's timer: it ends the term's context unless
+// a renewal moved the deadline meanwhile, when it waits for the new one.
+// The elector's goroutine finds the term lost on its next attempt.
+func (l *Leader) expire(run *termRun) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current != run {
+		return
+	}
+	if left := time.Until(l.trusted); left > 0 {
+		run.expiry.Reset(left)
+		return
+	}
+	run.end()
 }
 
 // lose ends the term locally: the duties' contexts end before this returns.
@@ -281,8 +355,9 @@ func (l *Leader) lose(term int64, why string) bool {
 		return false
 	}
 	l.term = 0
-	l.end()
-	l.ctx, l.end = nil, nil
+	l.current.expiry.Stop()
+	l.current.end()
+	l.current = nil
 	l.mu.Unlock()
 	l.Logger.Warn("this replica no longer leads the periodic duties: "+why, "replica", l.ID, "mandato", term)
 	l.Signals.Changed.raise(false)
@@ -291,19 +366,34 @@ func (l *Leader) lose(term int64, why string) bool {
 
 // resign gives the term up on shutdown, so that another replica takes
 // over at once rather than after the expiry; if the statement fails, the
-// expiry still hands over.
+// expiry still hands over. It first ends the term's context and waits for
+// its holders to let go (the consumers save their cursors), but not past
+// the trust deadline: the next leader then goes on from where they
+// stopped rather than handling again what they had handled.
 func (l *Leader) resign(ctx context.Context) {
 	l.mu.Lock()
-	term := l.term
+	term, run, trusted := l.term, l.current, l.trusted
 	if term != 0 {
 		l.term = 0
-		l.end()
-		l.ctx, l.end = nil, nil
+		run.expiry.Stop()
+		run.end()
+		l.current = nil
 	}
 	l.mu.Unlock()
 	if term == 0 {
 		return
 	}
+	released := make(chan struct{})
+	go func() {
+		run.holders.Wait()
+		close(released)
+	}()
+	wait := time.NewTimer(time.Until(trusted))
+	select {
+	case <-released:
+	case <-wait.C:
+	}
+	wait.Stop()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := l.Store.Resign(rctx, l.ID, term); err != nil && !errors.Is(err, context.Canceled) {

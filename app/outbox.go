@@ -126,6 +126,12 @@ type OutboxStore interface {
 	// falhou once they took a worker down maxQuedas times.
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
 	ReleaseDeliveries(ctx context.Context, worker string) error
+	// ReconcileDeliveries returns to pendente, counting no queda, the rows
+	// leased to worker but not in held, the rows it holds (claimed and not
+	// yet finished): after a claim or finish whose commit it could not
+	// confirm, the worker is alive, but rows that commit leased it may
+	// have no one to send them.
+	ReconcileDeliveries(ctx context.Context, worker string, held []int64) (int, error)
 	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
 	// PurgeDeadLetters drops the bodies of rows that dead-lettered before
 	// before: from then on they say so, and a resend is refused.

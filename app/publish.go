@@ -77,12 +77,14 @@ func errIDTaken() error {
 // transaction, or none: a command's domain events and its outcome are one
 // fact. Any invalid request fails the whole batch before anything is written.
 func (p *Publisher) PublishAll(ctx context.Context, reqs []PublishRequest) ([]Stored, error) {
-	return p.PublishAudited(ctx, reqs, nil)
+	batch, err := p.prepareAll(reqs)
+	if err != nil {
+		return nil, err
+	}
+	return p.appendAll(ctx, batch)
 }
 
-// PublishAudited is PublishAll with audit written in the same transaction,
-// when the last request's event is new (a command's outcome is last).
-func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry) ([]Stored, error) {
+func (p *Publisher) prepareAll(reqs []PublishRequest) ([]Pending, error) {
 	batch := make([]Pending, len(reqs))
 	for i, req := range reqs {
 		var err error
@@ -90,8 +92,22 @@ func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, a
 			return nil, fmt.Errorf("publish %s: %w", req.Tipo, err)
 		}
 	}
+	return batch, nil
+}
+
+// PublishAudited is a command's publish: PublishAll with audit written in
+// the same transaction, decided by the last request's event (a command's
+// outcome is last). When that event is already stored, nothing of the batch
+// is written (see Pending.Decides) and only the last Stored is filled, not
+// Created: the command ran before, and its domain events are in the log.
+func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry) ([]Stored, error) {
+	batch, err := p.prepareAll(reqs)
+	if err != nil {
+		return nil, err
+	}
 	if len(batch) > 0 {
 		batch[len(batch)-1].Audit = audit
+		batch[len(batch)-1].Decides = true
 	}
 	return p.appendAll(ctx, batch)
 }

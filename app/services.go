@@ -28,6 +28,7 @@ type Store interface {
 	AttemptLog
 	SharedStore
 	LeaderStore
+	KeyCheckStore
 	Wakeups
 	// OnCommit sets the one function called after each committed batch of
 	// appended events, outside the transaction; it must not block.
@@ -84,13 +85,18 @@ type Services struct {
 	AuditTrail  *AuditTrail
 	Stats       *Stats
 	// Leader elects the replica that runs the periodic duties (SPEC 12):
-	// the dispatcher's reaper and purges, and auto-disable. On SQLite the
-	// store always grants it. The stats loop is no such duty: it samples
-	// into memory, for this replica's console, so every replica runs it.
+	// the dispatcher's reaper and purges, auto-disable, and the in-process
+	// consumers. On SQLite the store always grants it. The stats loop is no
+	// such duty: it samples into memory, for this replica's console, so
+	// every replica runs it.
 	Leader *Leader
 	// The console's live tails read the database themselves; these only
 	// wake them, without ever blocking a commit.
 	EventsChanged, AttemptsChanged *Notifier
+	// ConsumedChanged wakes the pages that show a read model the consumers
+	// keep (the ocorrências list): notified by the consumers here, or by
+	// the leader's through a wake-up when this replica does not lead.
+	ConsumedChanged *Notifier
 
 	dispatch bool
 	// Set by Start, used by Stop.
@@ -156,8 +162,13 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 
 		EventsChanged:   &Notifier{},
 		AttemptsChanged: &Notifier{},
+		ConsumedChanged: &Notifier{},
 		dispatch:        !d.NoDispatch,
 		Leader:          &Leader{Store: db, Logger: d.Logger},
+	}
+	s.Consumers.Leader = s.Leader
+	if a, ok := db.(ConsumedAnnouncer); ok {
+		s.Consumers.Announcer = a
 	}
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
 		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
@@ -209,23 +220,24 @@ func (s *Services) Committed(batch []Appended) {
 	}
 }
 
-// Start runs the consumers (after their catch-up from the log, which Start
-// waits for), the leader's elector (after its first try: a replica alone
-// on its database leads once Start returns), the dispatcher and the stats
-// loop, until Stop or until ctx ends: a SIGTERM stops the workers at once,
-// during the start-up replay too, and Start then returns ctx's error. Stop
-// waits for them; call it once Start was called, whatever Start returned.
+// Start runs the leader's elector (after its first try: a replica alone
+// on its database leads once Start returns), the consumers (while this
+// replica leads; when it leads now, after their catch-up from the log,
+// which Start waits for), the dispatcher and the stats loop, until Stop or
+// until ctx ends: a SIGTERM stops the workers at once, during the start-up
+// replay too, and Start then returns ctx's error. Stop waits for them;
+// call it once Start was called, whatever Start returned.
 func (s *Services) Start(ctx context.Context) error {
 	runCtx, stop := context.WithCancel(ctx)
 	s.stop = stop
 	s.started.Store(true)
+	s.led = s.Leader.Start(runCtx)
 	if err := s.Consumers.Start(runCtx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err
 	}
-	s.led = s.Leader.Start(runCtx)
 	if s.dispatch {
 		s.dispatched = make(chan struct{})
 		go func() {
@@ -244,10 +256,10 @@ func (s *Services) Start(ctx context.Context) error {
 }
 
 // Stop stops what Start started and waits for it, in this order: the
-// elector (it resigns, so another replica takes the duties over at once),
-// the stats loop, the dispatcher (in-flight deliveries finish or release
-// their leases), then the consumers. The store stays open: its owner
-// closes it after Stop.
+// elector (it resigns, so another replica takes the duties over at once,
+// once the consumers saved their cursors), the stats loop, the dispatcher
+// (in-flight deliveries finish or release their leases), then the
+// consumers. The store stays open: its owner closes it after Stop.
 func (s *Services) Stop() {
 	s.stopOnce.Do(func() {
 		if s.stop == nil {

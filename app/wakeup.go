@@ -1,5 +1,7 @@
 package app
 
+import "context"
+
 // Wakeup is what another replica on the same database committed, as its
 // notification tells (SPEC 12): no rows, only what to wake. A woken
 // service reads what it has not seen from the database, as it does after a
@@ -15,6 +17,9 @@ type Wakeup struct {
 	Attempts bool
 	// Resigned: the leader resigned; a follower stands for election now.
 	Resigned bool
+	// Consumed: the leader's in-process consumers took in events, so the
+	// read models they keep in the database (the ocorrências list) changed.
+	Consumed bool
 	// Resync: the store (re)started listening and may have missed
 	// notifications meanwhile, so this one wakes everything, up to the log's
 	// head as Sequence.
@@ -33,11 +38,29 @@ type Wakeups interface {
 	OnRemote(fn func(Wakeup))
 }
 
+// ConsumedAnnouncer is implemented by a store several replicas share: the
+// in-process consumers run on the leader only (SPEC 12), so the others
+// learn from it that the read models changed, and wake the console pages
+// that show them (Wakeup.Consumed). A store one process owns has no one
+// to tell.
+type ConsumedAnnouncer interface {
+	// AnnounceConsumed tells the other replicas, after the read models'
+	// writes committed, that they changed.
+	AnnounceConsumed(ctx context.Context) error
+}
+
 // Remote is who is woken when another replica commits: as Committed wakes
 // them for this process's commits, but from the log, since a remote commit
 // brings no rows. It never blocks. Before Start it does nothing: the
 // services may still be adjusted then, and Start itself reads everything
 // a wake-up would point to.
+//
+// Every wake-up also wakes the dispatcher, not only one whose commit
+// enqueued deliveries: an attempt recorded elsewhere may have freed an
+// aggregate whose next row waits behind it, a release or a reap gave rows
+// back, a leader that resigned gave its held rows back. A row blocked
+// behind another replica's in-flight row is then claimed at once rather
+// than at the next sweep; a claim that finds nothing costs one query.
 func (s *Services) Remote(w Wakeup) {
 	if !s.started.Load() {
 		return
@@ -54,11 +77,12 @@ func (s *Services) Remote(w Wakeup) {
 		s.Consumers.Remote(w.Sequence)
 		s.EventsChanged.Notify()
 	}
-	if w.Deliveries {
-		s.Dispatcher.Wake()
-	}
+	s.Dispatcher.Wake()
 	if w.Attempts {
 		s.AttemptsChanged.Notify()
+	}
+	if w.Consumed || w.Resync {
+		s.ConsumedChanged.Notify()
 	}
 	if w.Resigned {
 		s.Leader.Wake()

@@ -106,6 +106,23 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 	out := make([]app.Stored, len(batch))
 	err := db.do(ctx, func(tx *wtx) error {
 		now := db.now()
+		clear(out)
+		// A deciding event already stored (app.Pending.Decides) stops the
+		// batch, as on PostgreSQL; here the one writer makes the look-up
+		// and the inserts one step.
+		for i, p := range batch {
+			if !p.Decides {
+				continue
+			}
+			ev, err := scanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(p.Event.EventID))
+			if err == nil {
+				out[i] = app.Stored{Event: ev}
+				return nil
+			}
+			if !errors.Is(err, app.ErrNotFound) {
+				return fmt.Errorf("look up deciding event: %w", err)
+			}
+		}
 		for i, p := range batch {
 			stored, created, err := tx.appendEvent(p.Event, p.Full, now)
 			if err != nil {

@@ -251,6 +251,47 @@ func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	})
 }
 
+// ReconcileDeliveries implements app.OutboxStore: like ReleaseDeliveries,
+// for the rows of worker that it does not hold.
+func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int64) (int, error) {
+	keep := make(map[int64]bool, len(held))
+	for _, id := range held {
+		keep[id] = true
+	}
+	var n int
+	err := db.do(ctx, func(tx *wtx) error {
+		n = 0
+		rows, err := tx.Query(`SELECT id FROM outbox WHERE status = 'processando' AND worker = ?`, worker)
+		if err != nil {
+			return fmt.Errorf("reconcile leases: %w", err)
+		}
+		var free []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("reconcile leases: %w", err)
+			}
+			if !keep[id] {
+				free = append(free, id)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reconcile leases: %w", err)
+		}
+		for _, id := range free {
+			if _, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+				WHERE id = ? AND status = 'processando' AND worker = ?`, id, worker); err != nil {
+				return fmt.Errorf("reconcile leases: %w", err)
+			}
+		}
+		n = len(free)
+		return nil
+	})
+	return n, err
+}
+
 // Purging walks outbox_purge_idx: delivered rows whose body is still kept.
 // Named, because without statistics the planner prefers walking every
 // delivered row in outbox_status_idx.

@@ -52,3 +52,5 @@ func TestStoresConformance(t *testing.T) {
 		}
 	})
 }
+
+func TestKeyCheckConformance(t *testing.T) { storetest.KeyCheckConformance(t, "sqlite") }

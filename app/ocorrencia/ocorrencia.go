@@ -157,7 +157,9 @@ type Service struct {
 	Log       app.EventLog
 	ReadModel ReadModel
 	// Changed is notified after the read model took in new events: the
-	// console's live list wakes on it.
+	// console's live list wakes on it. New makes it the services'
+	// ConsumedChanged, so that on a replica that does not lead, where the
+	// consumer does not run, the leader's folds wake it too.
 	Changed *app.Notifier
 	// BeforeProject, when set, runs before each fold of the read model and
 	// its error fails it: how tests make the consumer fail for real.
@@ -170,7 +172,7 @@ type Service struct {
 // wanted, before Start too.
 func New(svc *app.Services, rm ReadModel) *Service {
 	s := &Service{Commands: svc.Commands, Publisher: svc.Publisher, Log: svc.Store, ReadModel: rm,
-		Changed: &app.Notifier{}}
+		Changed: svc.ConsumedChanged}
 	s.Subscribe(svc.Consumers)
 	return s
 }

@@ -97,6 +97,10 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open database %s: %w", d.Where(), err)
 		}
+		if err := d.checkKey(ctx, db, key); err != nil {
+			db.Close()
+			return nil, nil, err
+		}
 		return db, key, nil
 	}
 	if mustExist {
@@ -117,8 +121,13 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 		return nil, nil, fmt.Errorf("open database: %w", err)
 	}
 	// Before anything reads the outbox or copies the file (backup): the
-	// bodies an earlier version stored in clear are sealed here.
-	sealer, err := app.NewSealer(key)
+	// bodies an earlier version stored in clear are sealed here, with a
+	// key checked first.
+	err = d.checkKey(ctx, db, key)
+	var sealer *app.Sealer
+	if err == nil {
+		sealer, err = app.NewSealer(key)
+	}
 	if err == nil {
 		err = app.SealStoredBodies(ctx, db, sealer, logger)
 	}
@@ -127,6 +136,29 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 		return nil, nil, err
 	}
 	return db, key, nil
+}
+
+// checkKey refuses a master key that is not the database's (see
+// app.CheckMasterKey). It runs here, in the one open every command shares,
+// rather than in app.New: the commands that change accounts never build
+// the services, and on SQLite open seals the bodies an earlier version
+// stored in clear, with the key, before app.New runs.
+func (d Database) checkKey(ctx context.Context, db app.KeyCheckStore, key []byte) error {
+	if err := app.CheckMasterKey(ctx, db, key); err != nil {
+		return fmt.Errorf("%s, key from %s: %w", d.Where(), d.keySource(), err)
+	}
+	return nil
+}
+
+// keySource names where masterKey takes the key from.
+func (d Database) keySource() string {
+	if d.MasterKeyFile != "" {
+		return "--master-key-file " + d.MasterKeyFile
+	}
+	if _, ok := os.LookupEnv("GEOHUB_MASTER_KEY"); ok {
+		return "GEOHUB_MASTER_KEY"
+	}
+	return filepath.Join(d.Data, masterKeyFile)
 }
 
 // masterKey reads the key from --master-key-file or GEOHUB_MASTER_KEY; on

@@ -45,7 +45,8 @@ type DB struct {
 	hooks  hooks // tests' (writer.go)
 
 	batchTimeout time.Duration
-	notify       notifier // the other replicas' wake-ups (notify.go)
+	commandHold  time.Duration // the command lock's lifetime (LockCommands)
+	notify       notifier      // the other replicas' wake-ups (notify.go)
 }
 
 // Options tune Open.
@@ -76,7 +77,8 @@ type Options struct {
 // network's). A transaction left open by a replica that hangs (not one
 // that dies: its connection closes and the server rolls it back) is ended
 // by the server after the idle timeout, far above the milliseconds a group
-// commit holds its locks.
+// commit holds its locks (the command lock's transaction, idle for as long
+// as its command waits for the writer, sets a longer one: LockCommands).
 var settings = map[string]string{
 	"synchronous_commit":                  "on",
 	"TimeZone":                            "UTC",
@@ -130,7 +132,7 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		w.Close()
 		return nil, err
 	}
-	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
+	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout, commandHold: commandHold(opt.BatchTimeout),
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	go db.writer(opt.MaxBatch)
 	return db, nil

@@ -103,6 +103,14 @@ func (tx *wtx) unplan(i int) {
 // round trip. An event_id another replica committed in between fails its
 // insert (errRaced): the batch runs again and finds it, so two replicas
 // appending one event_id store it once.
+//
+// A batch with a deciding event (app.Pending.Decides: a command's outcome)
+// inserts nothing when that event is stored: two replicas that both ran a
+// command (the second after the first's command lock was lost) store one
+// outcome and one set of domain events. The look-up that decides runs
+// under the event's key, which every append of it declares, so the second
+// batch looks only after the first committed; the command lock makes that
+// rare, this makes it harmless.
 func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, error) {
 	out := make([]app.Stored, len(batch))
 	var keys []lockKey
@@ -110,12 +118,16 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		if p.Outbox != nil {
 			keys = append(keys, key("aggregate", p.Outbox.Agregado))
 		}
+		if p.Decides {
+			keys = append(keys, key("event", p.Event.EventID))
+		}
 	}
 	plans := make([]*plannedEvent, len(batch)) // nil: stored before
 	first := make([]bool, len(batch))          // this pending inserts its plan
 	var now time.Time
 	main := func(tx *wtx) error {
 		now = db.now()
+		clear(out)
 		clear(plans)
 		clear(first)
 		var ids []string
@@ -137,6 +149,20 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 			for _, ev := range evs {
 				stored[ev.EventID] = ev
 			}
+		}
+		decided := false
+		for i, p := range batch {
+			if !p.Decides {
+				continue
+			}
+			if ev, ok := stored[p.Event.EventID]; ok {
+				out[i], decided = app.Stored{Event: ev}, true
+			} else if pl := tx.planned[p.Event.EventID]; pl != nil {
+				plans[i], decided = pl, true // an earlier operation of this batch inserts it
+			}
+		}
+		if decided {
+			return nil
 		}
 		var owned []*plannedEvent
 		for i, p := range batch {

@@ -60,10 +60,14 @@ CREATE TABLE IF NOT EXISTS migracao_dados_tabela (
 // also fills, as a condition on the table's rows: they are not data, and
 // give way to the source's. Migration 1 seeds the ocorrências consumer's
 // cursors at 0, migration 2 the cadastro's version at 0 (which the copy of
-// the integrators then moves further, as a version only has to).
+// the integrators then moves further, as a version only has to). The
+// master key's check is written by any open of the target (a `geohub
+// migrate --db` run first, say): the source's, of the key the replicas
+// will be given, replaces it.
 var seeded = map[string]string{
-	"consumer_cursor": "last_sequence = 0",
-	"cadastro_versao": "versao = 0",
+	"consumer_cursor":   "last_sequence = 0",
+	"cadastro_versao":   "versao = 0",
+	"verificacao_chave": "true",
 }
 
 // targetColumn is what the import needs to know of a column.

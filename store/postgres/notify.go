@@ -22,15 +22,19 @@ var _ app.Wakeups = (*DB)(nil)
 // writer that sent it, so a replica skips its own: its commit hook already
 // woke its services.
 //
-//   - eventsChannel: "<writer> <last sequence> <1 if deliveries were enqueued, else 0>",
-//     sent by every group commit that appended events;
+//   - eventsChannel: "<writer> <last sequence> <1 if deliveries were enqueued or freed, else 0>",
+//     sent by every group commit that appended events, and with sequence 0
+//     by one that appended none but freed deliveries (wtx.freed);
 //   - attemptsChannel: "<writer>", by every group commit that recorded
 //     delivery attempts;
-//   - leaderChannel: the app's replica id, by a leader that resigned.
+//   - leaderChannel: the app's replica id, by a leader that resigned;
+//   - consumedChannel: "<writer>", by the leader's in-process consumers
+//     after they saved their cursors (AnnounceConsumed).
 const (
 	eventsChannel   = "geohub_eventos"
 	attemptsChannel = "geohub_tentativas"
 	leaderChannel   = "geohub_lider"
+	consumedChannel = "geohub_consumidos"
 )
 
 // listenerName is the listening connection's application_name, apart from
@@ -95,15 +99,21 @@ func (n *notifier) stop() {
 func (db *DB) announce(tx *wtx, attempts bool) error {
 	var args []any
 	var q []string
-	if n := len(tx.appended); n > 0 {
-		d := 0
+	if n := len(tx.appended); n > 0 || tx.freed {
+		d, seq := 0, int64(0)
+		if tx.freed {
+			d = 1
+		}
 		for _, a := range tx.appended {
 			if a.Deliveries > 0 {
 				d = 1
 				break
 			}
 		}
-		args = append(args, fmt.Sprintf("%s %d %d", db.notify.self(), tx.appended[n-1].Event.Sequence, d))
+		if n > 0 {
+			seq = tx.appended[n-1].Event.Sequence
+		}
+		args = append(args, fmt.Sprintf("%s %d %d", db.notify.self(), seq, d))
 		q = append(q, fmt.Sprintf("pg_notify('%s', $%d)", eventsChannel, len(args)))
 	}
 	if attempts {
@@ -179,7 +189,7 @@ func (db *DB) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (listened boo
 		defer cancel()
 		conn.Close(cctx)
 	}()
-	for _, ch := range []string{eventsChannel, attemptsChannel, leaderChannel} {
+	for _, ch := range []string{eventsChannel, attemptsChannel, leaderChannel, consumedChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return false, fmt.Errorf("listen %s: %w", ch, err)
 		}
@@ -212,7 +222,7 @@ func (n *notifier) decode(msg *pgconn.Notification) (app.Wakeup, bool) {
 			return app.Wakeup{}, false
 		}
 		seq, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil || seq <= 0 {
+		if err != nil || seq < 0 || seq == 0 && fields[2] != "1" {
 			return app.Wakeup{}, false
 		}
 		return app.Wakeup{Sequence: seq, Deliveries: fields[2] == "1"}, true
@@ -223,6 +233,23 @@ func (n *notifier) decode(msg *pgconn.Notification) (app.Wakeup, bool) {
 		return app.Wakeup{Attempts: true}, true
 	case leaderChannel:
 		return app.Wakeup{Resigned: true}, true
+	case consumedChannel:
+		if len(fields) != 1 || fields[0] == n.self() {
+			return app.Wakeup{}, false
+		}
+		return app.Wakeup{Consumed: true}, true
 	}
 	return app.Wakeup{}, false
+}
+
+var _ app.ConsumedAnnouncer = (*DB)(nil)
+
+// AnnounceConsumed implements app.ConsumedAnnouncer: a statement of its
+// own, after the read models' writes committed, on the pool rather than
+// through the writer, since it commits nothing.
+func (db *DB) AnnounceConsumed(ctx context.Context) error {
+	if _, err := db.read.Exec(ctx, "SELECT pg_notify('"+consumedChannel+"', $1)", db.notify.self()); err != nil {
+		return fmt.Errorf("notify the other replicas of the consumers' progress: %w", err)
+	}
+	return nil
 }

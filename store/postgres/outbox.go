@@ -117,6 +117,11 @@ const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 // not the row whose state changed (n). It is a transaction lock, not a
 // session lock, so a pooler in transaction mode cannot leave it held.
 //
+// A claim counts the row's attempts from what was recorded as well as from
+// tentativas: an attempt whose lease was lost meanwhile (see finishSQL) is
+// recorded without moving tentativas, and the next one must not go out
+// with its number (X-Geohub-Tentativa) again.
+//
 // The candidates are the oldest due first (outbox_due_idx), as SQLite's,
 // and the lease is returned in that order. The lease ends by the
 // database's clock (lease_ate, see dbNowMS), which is the reaper's: a
@@ -128,7 +133,9 @@ const (
 			ORDER BY o.proxima_tentativa, o.id LIMIT $3)
 		SELECT id FROM c WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.agregado))
 		ORDER BY proxima_tentativa, id`
-	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4
+	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4,
+			tentativas = greatest(tentativas,
+				(SELECT coalesce(max(tentativa), 0) FROM delivery_attempt WHERE outbox_id = outbox.id))
 		WHERE id IN (SELECT o.id FROM outbox AS o
 			WHERE o.id = ANY($1) AND ` + claimable + `
 			FOR NO KEY UPDATE OF o SKIP LOCKED)
@@ -223,10 +230,21 @@ const (
 				WHERE id = $1 RETURNING falhando_desde`
 )
 
+// waitingBehindSQL says whether a row of the aggregates of rows $1 is
+// pendente and due at $2: a finish (or deferral) of a row frees its
+// aggregate for the next, and a deferred row is itself pendente again.
+// A seek in outbox_waiting_idx per finished row.
+const waitingBehindSQL = `SELECT EXISTS (SELECT 1 FROM outbox AS f JOIN outbox AS o
+		ON o.integrador_id = f.integrador_id AND o.agregado = f.agregado AND o.status = 'pendente'
+		WHERE f.id = ANY($1) AND o.proxima_tentativa <= $2)`
+
 // FinishDeliveries implements app.OutboxStore: one transaction for a batch
 // of outcomes, then the next claim. A row whose lease this worker lost (the
 // reaper gave it to another) is left alone, but its attempt is still
-// recorded. A deferred row goes back to pendente with no attempt.
+// recorded (and the next claim numbers after it). A deferred row goes back
+// to pendente with no attempt. When due rows of the finished rows'
+// aggregates are left pendente, the commit wakes the other replicas'
+// dispatchers (wtx.freed).
 //
 // The attempts are inserted in the batch's late phase (writer.go), under
 // attempt_head's row lock, kept until COMMIT, so their ids are given in
@@ -322,8 +340,22 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			}
 		}
 		var err error
-		claimed, err = tx.claim(worker, now, lease, quotas)
-		return err
+		if claimed, err = tx.claim(worker, now, lease, quotas); err != nil {
+			return err
+		}
+		// Rows due behind the finished ones that this claim left: another
+		// replica's dispatcher may be the one with room for them, and it
+		// does not see this finish.
+		finished := make([]int64, len(results))
+		for i, r := range results {
+			finished[i] = r.ID
+		}
+		var waiting bool
+		if err := tx.QueryRow(tx.ctx, waitingBehindSQL, finished, ms(now)).Scan(&waiting); err != nil {
+			return fmt.Errorf("look for rows behind the finished: %w", err)
+		}
+		tx.freed = tx.freed || waiting
+		return nil
 	}
 	late := func(tx *wtx, p *pipe) error {
 		for _, r := range results {
@@ -381,6 +413,7 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 			return fmt.Errorf("reap deliveries: %w", err)
 		}
 		n = tag.RowsAffected()
+		tx.freed = tx.freed || n > 0 // the other replicas' dispatchers claim them now, not at their sweep
 		return nil
 	})
 	return int(n), err
@@ -388,14 +421,37 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 
 // ReleaseDeliveries implements app.OutboxStore: on shutdown, this worker's
 // leases go back to pendente at once instead of waiting to expire (one the
-// reaper is taking back meanwhile is skipped: it goes back anyway).
+// reaper is taking back meanwhile is skipped: it goes back anyway), and the
+// commit wakes the other replicas' dispatchers to take them.
 func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
 			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1
 				FOR NO KEY UPDATE SKIP LOCKED)`, worker)
+		tx.freed = tx.freed || tag.RowsAffected() > 0
 		return err
 	})
+}
+
+// ReconcileDeliveries implements app.OutboxStore: like ReleaseDeliveries,
+// for the rows of worker that it does not hold.
+func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int64) (int, error) {
+	if held == nil {
+		held = []int64{} // NULL would match no row
+	}
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1 AND id <> ALL($2)
+				FOR NO KEY UPDATE SKIP LOCKED)`, worker, held)
+		if err != nil {
+			return fmt.Errorf("reconcile leases: %w", err)
+		}
+		n = tag.RowsAffected()
+		tx.freed = tx.freed || n > 0
+		return nil
+	})
+	return int(n), err
 }
 
 // Purges walk the partial indexes of the rows that still keep a body

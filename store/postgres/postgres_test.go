@@ -356,3 +356,5 @@ func TestWithDatabase(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyCheckConformance(t *testing.T) { storetest.KeyCheckConformance(t, "postgres") }

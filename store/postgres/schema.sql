@@ -388,3 +388,15 @@ CREATE TABLE lider (
     eleito_em BIGINT  NOT NULL, -- unix milliseconds, the database's clock
     expira_em BIGINT  NOT NULL
 );
+
+-- migration: 4
+
+-- The check of the master key, as SQLite's (app.CheckMasterKey): every
+-- replica must be given the same key, and the first to open the database
+-- stores the value the others compare (INSERT … ON CONFLICT DO NOTHING, so
+-- replicas starting together keep the first one's).
+CREATE TABLE verificacao_chave (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    hmac       BYTEA   NOT NULL,
+    gravada_em BIGINT  NOT NULL -- unix milliseconds
+);

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -142,16 +143,15 @@ func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, 
 // advisory lock, held by a transaction left open until unlock commits it:
 // it works through a transaction-pooling proxy, and a replica that dies
 // releases it with its connection. A replica that hangs holding it is cut
-// off by idle_in_transaction_session_timeout (15 s, see settings), far
-// above a command's milliseconds; unlock then reports the lost lock.
+// off by idle_in_transaction_session_timeout, which this transaction
+// raises to commandHold: the session's 15 s (see settings) is shorter than
+// a command's append may wait in the writer, and a lock that ended before
+// the append committed would let a retry of the command run on another
+// replica meanwhile. unlock then reports the lost lock.
 func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
-	tx, err := db.read.Begin(ctx)
+	tx, err := db.lockCommands(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lock commands: %w", storageError(err))
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(commandLock)); err != nil {
-		tx.Rollback(bg)
-		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+		return nil, err
 	}
 	return func() error {
 		if err := tx.Commit(bg); err != nil {
@@ -161,9 +161,37 @@ func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
 	}, nil
 }
 
+func (db *DB) lockCommands(ctx context.Context) (pgx.Tx, error) {
+	tx, err := db.read.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+	}
+	hold := strconv.FormatInt(db.commandHold.Milliseconds(), 10) + "ms"
+	if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, hold); err != nil {
+		tx.Rollback(bg)
+		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(commandLock)); err != nil {
+		tx.Rollback(bg)
+		return nil, fmt.Errorf("lock commands: %w", storageError(err))
+	}
+	return tx, nil
+}
+
+// commandHold is how long the command lock outlives a replica that holds
+// it and says nothing: longer than the command's append can take in the
+// writer, which is the batch running ahead of it and then its own, each at
+// writerWorst, plus the 15 s every session has (settings) for the command's
+// own reads and handler.
+func commandHold(batchTimeout time.Duration) time.Duration {
+	return 2*writerWorst(batchTimeout) + 15*time.Second
+}
+
 // SaveCircuits implements app.CircuitStore, in the writer's transaction
-// beside the dispatcher's outcomes. Rows are written in integrator order,
-// so two replicas' writes of the same circuits cannot deadlock.
+// beside the dispatcher's outcomes. Each circuit's row is behind its key,
+// which the batch takes in the one global order with every other key
+// (writer.go): two replicas' batches that both write circuits take turns
+// instead of locking the rows in opposite orders.
 func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
 	sorted := slices.Clone(cs)
 	slices.SortFunc(sorted, func(a, b app.StoredCircuit) int {
@@ -175,13 +203,17 @@ func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
 		}
 		return 0
 	})
-	err := db.do(ctx, func(tx *wtx) error {
+	keys := make([]lockKey, len(sorted))
+	for i, c := range sorted {
+		keys[i] = key("circuit", c.Integrador)
+	}
+	err := db.locked(ctx, keys, func(tx *wtx) error {
 		for _, c := range sorted {
 			var desde, ate int64
 			if c.Aberto {
 				desde, ate = ms(c.Desde), ms(c.Ate)
 			}
-			if _, err := tx.Exec(bg, `INSERT INTO circuito (integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao)
+			if _, err := tx.Exec(tx.ctx, `INSERT INTO circuito (integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
 				ON CONFLICT (integrador_id) DO UPDATE SET aberto = excluded.aberto, desde = excluded.desde,
 					ate = excluded.ate, cooldown_ms = excluded.cooldown_ms, falhas = excluded.falhas,

@@ -88,6 +88,10 @@ type wtx struct {
 	op      int
 	// attempts says the late phase recorded delivery attempts.
 	attempts bool
+	// freed says the transaction made rows claimable that other replicas'
+	// dispatchers may be waiting for: leases handed back or reaped, or a
+	// finish that left due rows behind it (see announce).
+	freed bool
 }
 
 // bg is the context of statements that run outside any batch.
@@ -262,6 +266,17 @@ const (
 	retryDelay = 5 * time.Millisecond
 )
 
+// writerWorst is the longest one batch can take before its callers are
+// answered: every run to the batch deadline, and the longest pause
+// between runs (a delay and its full jitter).
+func writerWorst(batchTimeout time.Duration) time.Duration {
+	d := time.Duration(maxRetries+1) * batchTimeout
+	for n := 1; n <= maxRetries; n++ {
+		d += 2 * (retryDelay << (n - 1))
+	}
+	return d
+}
+
 // writer is the single writer of this process: it takes whatever
 // operations are waiting (up to maxBatch), runs them in one transaction
 // and commits once, so one WAL flush serves them all. An operation that
@@ -339,6 +354,16 @@ func (db *DB) commit(batch []*op) {
 				h(retries, out.retry)
 			}
 			time.Sleep(retryDelay<<(retries-1) + rand.N(retryDelay<<(retries-1)))
+			// Nothing of the batch committed: a caller that has gone away
+			// meanwhile is answered now, not after every retry to come.
+			batch = slices.DeleteFunc(batch, func(o *op) bool {
+				if err := o.ctx.Err(); err != nil {
+					o.done <- err
+					return true
+				}
+				return false
+			})
+			isolate = isolate || len(batch) == 1
 		case out.redo:
 			isolate = true
 		case out.err != nil:

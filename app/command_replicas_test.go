@@ -1,0 +1,73 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+	"geohub/store/storetest"
+)
+
+// lostLock is a replica's store whose command lock has expired under it:
+// LockCommands lets it through while another replica holds the lock.
+type lostLock struct{ storetest.Store }
+
+func (lostLock) LockCommands(context.Context) (func() error, error) {
+	return func() error { return nil }, nil
+}
+
+// A command retried on replica B while A still runs it (A's lock expired,
+// say, while A's append waited for a stalled writer): B finds no outcome,
+// runs the handler against the old state and appends its own domain
+// events, but A's outcome committed first. B's append must then store
+// nothing and answer A's outcome, or the domain events, whose ids are
+// fresh, are stored and delivered twice.
+func TestACommandRunsOnceWhenItsLockWasLost(t *testing.T) {
+	t.Parallel()
+	url := storetest.PostgresDatabase(t)
+	a := storetest.New(t, storetest.Options{Postgres: url, BuiltinTypes: true})
+	for _, tv := range testTypes {
+		if _, _, err := a.Registry.Register(t.Context(), tv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := storetest.New(t, storetest.Options{Postgres: url, BuiltinTypes: true}) // loads A's types at its start
+	onB := &app.Commands{Publisher: b.Publisher, Log: lostLock{b.DB}, Key: app.DeriveCommandKey(make([]byte, 32)), Now: time.Now}
+	cmd := app.Command{Integrador: "cad-1", Solicitacao: uuid.NewString(), Metodo: "POST", Rota: "/api/teste",
+		Body: []byte(`{"n":1}`)}
+	handler := func(n int) func(context.Context) (app.Result, error) {
+		return func(context.Context) (app.Result, error) {
+			return app.Result{Status: 201, Body: map[string]int{"n": n}, Events: []app.PublishRequest{
+				{Tipo: "teste:b", Origem: "t", Agregado: "teste:1", Payload: json.RawMessage(fmt.Sprintf(`{"run":%d}`, n))}}}, nil
+		}
+	}
+	var first app.Outcome
+	second, err := onB.Run(t.Context(), cmd, func(ctx context.Context) (app.Result, error) {
+		// B has looked the outcome up and found none; A runs the whole
+		// command now and commits before B appends.
+		var err error
+		if first, err = a.Commands.Run(ctx, cmd, handler(1)); err != nil {
+			t.Errorf("the command on A: %v", err)
+		}
+		return handler(2)(ctx)
+	})
+	if err != nil {
+		t.Fatalf("the command on B: %v", err)
+	}
+	if first.Repeat || !second.Repeat || string(second.Body) != string(first.Body) || second.Status != first.Status {
+		t.Fatalf("A answered %+v (%s), B %+v (%s): want B to answer A's outcome as a repeat",
+			first, first.Body, second, second.Body)
+	}
+	evs, _, err := a.DB.Events(t.Context(), app.EventFilter{Tipo: "teste:b", Limite: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || string(evs[0].Payload) != `{"run":1}` {
+		t.Fatalf("domain events stored: %+v, want A's one", evs)
+	}
+}
