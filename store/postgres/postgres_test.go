@@ -2,9 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,73 +15,9 @@ import (
 	"geohub/store/storetest"
 )
 
-// serverURL is the test server's URL (scripts/test starts one). Without
-// it the tests skip, unless GEOHUB_REQUIRE_POSTGRES=1 says the run must
-// include them.
-func serverURL(tb testing.TB) string {
-	tb.Helper()
-	url := os.Getenv("GEOHUB_TEST_POSTGRES")
-	if url == "" {
-		if os.Getenv("GEOHUB_REQUIRE_POSTGRES") == "1" {
-			tb.Fatal("GEOHUB_REQUIRE_POSTGRES=1 but GEOHUB_TEST_POSTGRES is not set")
-		}
-		tb.Skip("GEOHUB_TEST_POSTGRES is not set: no PostgreSQL to test against (scripts/test starts one)")
-	}
-	return url
-}
-
-// freshDatabase creates an empty database of the test's own on the test
-// server, so tests run in parallel, and drops it at cleanup. It returns
-// the database's URL.
-func freshDatabase(tb testing.TB) string {
-	tb.Helper()
-	url := serverURL(tb)
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	name := "geohub_test_" + hex.EncodeToString(b)
-	admin, err := pgx.ConnectConfig(context.Background(), cfg)
-	if err != nil {
-		if os.Getenv("GEOHUB_REQUIRE_POSTGRES") != "1" {
-			tb.Skipf("PostgreSQL at GEOHUB_TEST_POSTGRES unreachable: %v", err)
-		}
-		tb.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		c, err := pgx.ConnectConfig(context.Background(), cfg)
-		if err != nil {
-			tb.Errorf("drop test database: %v", err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Errorf("drop test database: %v", err)
-		}
-	})
-	return withDatabase(url, name)
-}
-
-// withDatabase is url with its path set to name.
-func withDatabase(url, name string) string {
-	rest, query, _ := strings.Cut(url, "?")
-	if i := strings.Index(rest, "://"); i >= 0 {
-		if j := strings.Index(rest[i+3:], "/"); j >= 0 {
-			rest = rest[:i+3+j]
-		}
-	}
-	out := rest + "/" + name
-	if query != "" {
-		out += "?" + query
-	}
-	return out
-}
+// freshDatabase is a database of the test's own on the test server
+// (storetest.PostgresDatabase): tests run in parallel.
+func freshDatabase(tb testing.TB) string { return storetest.PostgresDatabase(tb) }
 
 func open(tb testing.TB, url string) *postgres.DB {
 	tb.Helper()
@@ -351,8 +284,8 @@ func TestWithDatabase(t *testing.T) {
 		"postgres://u@h:1":                          "postgres://u@h:1/x",
 		"postgres://u@h:1/db":                       "postgres://u@h:1/x",
 	} {
-		if got := withDatabase(in, "x"); got != want {
-			t.Errorf("withDatabase(%q) = %q, want %q", in, got, want)
+		if got := storetest.WithDatabase(in, "x"); got != want {
+			t.Errorf("WithDatabase(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
