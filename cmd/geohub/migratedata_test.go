@@ -161,6 +161,14 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 	if copied == 0 || copied > 5*7 || done != nil {
 		t.Fatalf("after the killed run: %d rows committed (want those of 5 batches of at most 7), done %v", copied, done)
 	}
+	// A replica started on the half-copied database refuses: its
+	// counters are set only at the end.
+	if db, err := postgres.Open(t.Context(), url, postgres.Options{}); err == nil {
+		db.Close()
+		t.Fatal("a replica opened a database migrate-data has not finished")
+	} else if !strings.Contains(err.Error(), "migrate-data has not finished") {
+		t.Fatalf("opening the half-copied database: %v", err)
+	}
 	m.BeforeCommit = nil
 	log.Reset()
 	if err := m.run(t.Context(), &log); err != nil {

@@ -127,6 +127,10 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		w.Close()
 		return nil, err
 	}
+	if err := refuseUnfinishedImport(ctx, w); err != nil {
+		w.Close()
+		return nil, err
+	}
 	r, err := openPool(ctx, url, opt.MaxReads, lockTimeout)
 	if err != nil {
 		w.Close()
@@ -317,3 +321,24 @@ func isNoRows(err error) bool { return errors.Is(err, errNoRows) }
 
 // Every interface app owns: the graph builds on PostgreSQL as on SQLite.
 var _ app.Store = (*DB)(nil)
+
+// refuseUnfinishedImport keeps a replica off a database that geohub
+// migrate-data is still filling (or was killed filling): its counters are
+// set only at the end, so a publish there could take an id the copy has
+// yet to write.
+func refuseUnfinishedImport(ctx context.Context, p *pgxpool.Pool) error {
+	var unfinished bool
+	err := p.QueryRow(ctx, `SELECT to_regclass('migracao_dados') IS NOT NULL`).Scan(&unfinished)
+	if err != nil || !unfinished {
+		return err
+	}
+	err = p.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM migracao_dados WHERE concluida_em IS NULL)`).Scan(&unfinished)
+	if err != nil {
+		return fmt.Errorf("read the state of migrate-data: %w", err)
+	}
+	if unfinished {
+		return errors.New("geohub migrate-data has not finished copying into this database: run it again until it says done " +
+			"(it resumes where it stopped), then start the replicas")
+	}
+	return nil
+}
