@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,15 +158,20 @@ func (db *DB) listen(ctx context.Context) {
 	cfg.RuntimeParams["application_name"] = listenerName
 	wait := listenRetryMin
 	for {
+		began := time.Now()
 		listened, err := db.listenOnce(ctx, cfg)
 		if ctx.Err() != nil {
 			return
 		}
 		db.notify.deliver(app.Wakeup{Err: err})
-		if listened {
+		// Only a connection that lasted starts the backoff over: one cut
+		// right after LISTEN (a proxy or a server in trouble) must not be
+		// retried, with a full wake-up each time, ten times a second. The
+		// jitter keeps the replicas from reconnecting in step.
+		if listened && time.Since(began) > listenRetryMax {
 			wait = listenRetryMin
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(wait/2 + mrand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
