@@ -730,6 +730,21 @@ func (c *cad) stats() (requests, failed, redelivered, maxAttempt int) {
 	return
 }
 
+// registerCAD registers an integrator named name whose callback is the
+// receiver at url, with a 1 s backoff at every step so retries come within
+// a test's time, and returns its id.
+func registerCAD(t *testing.T, client *http.Client, addr, token, name, url string) string {
+	t.Helper()
+	a, err := call(client, "POST", "http://"+addr+"/api/integradores", token, `{"nome":"`+name+`","callback_url":"`+
+		url+`/eventos","hosts_permitidos":["127.0.0.1"],"backoff":["1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s"]}`)
+	if err != nil || a.status != http.StatusCreated {
+		t.Fatalf("create integrator: %v %d %s", err, a.status, a.body)
+	}
+	var in struct{ ID string }
+	json.Unmarshal(a.body, &in)
+	return in.ID
+}
+
 // ledger is the publishers' record: what was acknowledged, and what was sent
 // without an answer (the server died): maybe stored, maybe not.
 type ledger struct {
@@ -841,19 +856,9 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 	}
 	token := lastLine(out)
 	client := &http.Client{Timeout: 15 * time.Second}
-	integrators := map[string]*cad{}
-	for name, c := range map[string]*httptest.Server{"CAD saudavel": cadA, "CAD instavel": cadB} {
-		a, err := call(client, "POST", "http://"+srv.addr+"/api/integradores", token, `{"nome":"`+name+`","callback_url":"`+
-			c.URL+`/eventos","hosts_permitidos":["127.0.0.1"],"backoff":["1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s"]}`)
-		if err != nil || a.status != http.StatusCreated {
-			t.Fatalf("create integrator: %v %d %s", err, a.status, a.body)
-		}
-		var in struct{ ID string }
-		json.Unmarshal(a.body, &in)
-		integrators[in.ID] = healthy
-		if c == cadB {
-			integrators[in.ID] = flaky
-		}
+	integrators := map[string]*cad{
+		registerCAD(t, client, srv.addr, token, "CAD saudavel", cadA.URL): healthy,
+		registerCAD(t, client, srv.addr, token, "CAD instavel", cadB.URL): flaky,
 	}
 
 	t.Logf("setup: %v", time.Since(began).Round(time.Millisecond))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net/http"
@@ -93,19 +92,9 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	cadA, cadB := httptest.NewServer(healthy), httptest.NewServer(flaky)
 	defer cadA.Close()
 	defer cadB.Close()
-	receivers := map[string]*cad{}
-	for name, c := range map[string]*httptest.Server{"CAD saudavel": cadA, "CAD instavel": cadB} {
-		a, err := call(client, "POST", "http://"+first.addr+"/api/integradores", token, `{"nome":"`+name+`","callback_url":"`+
-			c.URL+`/eventos","hosts_permitidos":["127.0.0.1"],"backoff":["1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s","1s"]}`)
-		if err != nil || a.status != http.StatusCreated {
-			t.Fatalf("create integrator: %v %d %s", err, a.status, a.body)
-		}
-		var in struct{ ID string }
-		json.Unmarshal(a.body, &in)
-		receivers[in.ID] = healthy
-		if c == cadB {
-			receivers[in.ID] = flaky
-		}
+	receivers := map[string]*cad{
+		registerCAD(t, client, first.addr, token, "CAD saudavel", cadA.URL): healthy,
+		registerCAD(t, client, first.addr, token, "CAD instavel", cadB.URL): flaky,
 	}
 	rs.start()
 	rs.start()
