@@ -469,3 +469,17 @@ CREATE TABLE verificacao_chave (
     hmac       BLOB    NOT NULL,
     gravada_em INTEGER NOT NULL -- unix milliseconds
 );
+
+-- migration: 15
+
+-- Receivers' answers sealed at rest. The first bytes of a receiver's answer
+-- to each attempt (SPEC 6.4) can hold what the event carried: a CAD that
+-- refuses an event may echo a name or a CPF in its error. New attempts keep
+-- them only in resposta_selada (app.Sealer.SealResponse, bound to the
+-- attempt's entrega_id) and leave resposta empty. The answers an earlier
+-- version kept in clear are sealed by the same upgrade as the outbox bodies,
+-- with its own cursor; a database holding any is sent back through its
+-- steps, so its file is rewritten once more and its WAL emptied.
+ALTER TABLE delivery_attempt ADD COLUMN resposta_selada BLOB;
+ALTER TABLE outbox_selagem ADD COLUMN cursor_resposta INTEGER NOT NULL DEFAULT 0; -- every attempt up to this id is sealed
+UPDATE outbox_selagem SET etapa = 0 WHERE EXISTS (SELECT 1 FROM delivery_attempt WHERE resposta <> '');

@@ -13,6 +13,7 @@ import (
 type Deliveries struct {
 	Store      OutboxStore
 	Dispatcher *Dispatcher
+	Sealer     *Sealer // opens the receivers' answers
 	Now        func() time.Time
 }
 
@@ -61,8 +62,21 @@ func (s *Deliveries) Get(ctx context.Context, id int64) (DeliveryDetail, error) 
 	d, attempts, err := s.Store.Delivery(ctx, id)
 	if err == ErrNotFound {
 		return DeliveryDetail{}, Errorf(ENotFound, "entrega não encontrada")
+	} else if err != nil {
+		return DeliveryDetail{}, err
 	}
-	return DeliveryDetail{Delivery: d, Tentativas: attempts}, err
+	for i := range attempts {
+		a := &attempts[i]
+		if a.RespostaSelada == nil {
+			continue // no answer, or one an earlier version kept in clear that the upgrade has not reached
+		}
+		var oerr error
+		if a.Resposta, oerr = s.Sealer.OpenResponse(a.RespostaSelada, a.EntregaID); oerr != nil {
+			a.Resposta = ResponseUnopenable
+		}
+		a.RespostaSelada = nil
+	}
+	return DeliveryDetail{Delivery: d, Tentativas: attempts}, nil
 }
 
 // Resend puts one dead letter back in line: same body, same sequence.

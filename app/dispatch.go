@@ -668,7 +668,8 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 	}
 	end := d.Now()
 	res.Attempt.DuracaoMS = end.Sub(start).Milliseconds()
-	res.Attempt.StatusCode, res.Attempt.Resposta = r.Status, r.Snippet
+	res.Attempt.StatusCode = r.Status
+	res.Attempt.RespostaSelada = d.Integrators.Sealer.SealResponse(r.Snippet, res.Attempt.EntregaID)
 	if r.Err != nil {
 		res.Attempt.Erro = r.Err.Error()
 	}

@@ -13,12 +13,13 @@ import (
 // ones, and signed CSRF tokens and command digests stale. keys_test.go pins
 // each output; a new use takes a new label.
 const (
-	labelSecrets   = "geohub secrets v1"        // integrators' signing secrets (Sealer)
-	labelBodies    = "geohub outbox bodies v1"  // outbox bodies (Sealer)
-	labelRedaction = "geohub redaction v1"      // the HMAC of redaction's hash rules
-	labelCSRF      = "geohub csrf v1"           // the console's CSRF tokens
-	labelCommand   = "geohub command digest v1" // command body digests
-	labelKeyCheck  = "geohub key check v1"      // the database's check of the master key (keycheck.go)
+	labelSecrets   = "geohub secrets v1"           // integrators' signing secrets (Sealer)
+	labelBodies    = "geohub outbox bodies v1"     // outbox bodies (Sealer)
+	labelResponses = "geohub attempt responses v1" // receivers' answers to attempts (Sealer)
+	labelRedaction = "geohub redaction v1"         // the HMAC of redaction's hash rules
+	labelCSRF      = "geohub csrf v1"              // the console's CSRF tokens
+	labelCommand   = "geohub command digest v1"    // command body digests
+	labelKeyCheck  = "geohub key check v1"         // the database's check of the master key (keycheck.go)
 )
 
 func deriveKey(master []byte, label string) ([]byte, error) {

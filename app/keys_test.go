@@ -34,8 +34,8 @@ func TestKeysDerivedFromTheMasterKeyNeverChange(t *testing.T) {
 		t.Error("the redaction key does not depend on the master key")
 	}
 
-	// The sealer's two keys are pinned through what they sealed then: a
-	// secret and a body sealed by the earlier code still open.
+	// The sealer's three keys are pinned through what they sealed then: a
+	// secret, a body and an answer sealed by the earlier code still open.
 	s, err := app.NewSealer(master)
 	if err != nil {
 		t.Fatal(err)
@@ -47,5 +47,12 @@ func TestKeysDerivedFromTheMasterKeyNeverChange(t *testing.T) {
 	body, _ := hex.DecodeString("01cc6ec7a1136835afae4163cddc2c6b81e9d4567e7fc4eb890885ae50ff4dd1ae299c06")
 	if got, err := s.OpenBody(body, "evento-1"); err != nil || string(got) != `{"a":1}` {
 		t.Errorf("a body sealed before opens as %q, %v", got, err)
+	}
+	answer, _ := hex.DecodeString("01d665ffbd86b67bae990855c4a381f9599a3b3c18ef59f9b6eb6b0357f0ecf0942880ac42")
+	if got, err := s.OpenResponse(answer, "entrega-1"); err != nil || got != "recusado" {
+		t.Errorf("an answer sealed before opens as %q, %v", got, err)
+	}
+	if _, err := s.OpenBody(answer, "entrega-1"); err == nil {
+		t.Error("an answer opens with the bodies' key")
 	}
 }

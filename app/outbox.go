@@ -50,6 +50,9 @@ type Attempt struct {
 	StatusCode int       `json:"status_code,omitempty"`
 	Erro       string    `json:"erro,omitempty"`
 	Resposta   string    `json:"resposta,omitempty"`
+	// RespostaSelada is Resposta as stored: sealed (Sealer.SealResponse).
+	// The dispatcher records only this; reads open it into Resposta.
+	RespostaSelada []byte `json:"-"`
 }
 
 // Outbox is what one publish enqueues, decided inside its append
@@ -164,8 +167,12 @@ type ClearBodies interface {
 	// there. seal returns a body's sealed form, or nil to leave it (it is
 	// sealed already). done is true once no body is left to look at.
 	SealClearBodies(ctx context.Context, n int, seal func(eventID string, body []byte) []byte) (sealed int, done bool, err error)
+	// SealClearResponses does for the receivers' answers kept with each
+	// attempt what SealClearBodies does for bodies, with its own cursor.
+	SealClearResponses(ctx context.Context, n int, seal func(entregaID, resposta string) []byte) (sealed int, done bool, err error)
 	// ScrubClearBodies rewrites the database file and empties the WAL, so
-	// that no free page keeps a clear body, and marks the upgrade finished.
+	// that no free page keeps a clear body or answer, and marks the upgrade
+	// finished.
 	ScrubClearBodies(ctx context.Context) error
 }
 

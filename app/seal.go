@@ -11,8 +11,9 @@ import (
 // backup without the master key, with AES-256-GCM: integrators' signing
 // secrets, and outbox bodies (the full, unredacted envelope). Each gets its
 // own key derived from the master key, so a flaw in how one is used cannot
-// open the other.
-type Sealer struct{ aead, bodies cipher.AEAD }
+// open the other. The first bytes of receivers' answers are sealed too: a
+// CAD that refuses an event may echo its fields (a name, a CPF) back.
+type Sealer struct{ aead, bodies, responses cipher.AEAD }
 
 // NewSealer derives the encryption keys from the 32-byte master key (see
 // keys.go).
@@ -25,7 +26,11 @@ func NewSealer(master []byte) (*Sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sealer{aead: aead, bodies: bodies}, nil
+	responses, err := newAEAD(master, labelResponses)
+	if err != nil {
+		return nil, err
+	}
+	return &Sealer{aead: aead, bodies: bodies, responses: responses}, nil
 }
 
 func newAEAD(master []byte, label string) (cipher.AEAD, error) {
@@ -86,6 +91,31 @@ func (s *Sealer) OpenBody(sealed []byte, eventID string) ([]byte, error) {
 // BodySealed says whether a stored body is in the sealed format (the
 // upgrade's test; it proves nothing about who sealed it).
 func BodySealed(stored []byte) bool { return len(stored) > 0 && stored[0] == bodyFormat }
+
+// SealResponse encrypts the first bytes of a receiver's answer to one
+// attempt, bound to that attempt's entrega id; nil for an empty answer.
+func (s *Sealer) SealResponse(snippet, entregaID string) []byte {
+	if snippet == "" {
+		return nil
+	}
+	return seal(s.responses, []byte{bodyFormat}, []byte(snippet), entregaID)
+}
+
+// ResponseUnopenable stands for a stored answer that does not open: the
+// attempt's other fields are still worth showing.
+const ResponseUnopenable = "(a resposta gravada não abre com a chave mestra deste servidor)"
+
+// OpenResponse reverses SealResponse.
+func (s *Sealer) OpenResponse(sealed []byte, entregaID string) (string, error) {
+	if len(sealed) == 0 || sealed[0] != bodyFormat {
+		return "", ErrBodyUnopenable
+	}
+	plain, err := open(s.responses, sealed[1:], entregaID)
+	if err != nil {
+		return "", ErrBodyUnopenable
+	}
+	return string(plain), nil
+}
 
 func seal(aead cipher.AEAD, prefix, plain []byte, label string) []byte {
 	n := aead.NonceSize()

@@ -27,7 +27,7 @@ const (
 	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL
 				WHERE id = ? AND worker = ? AND status = 'processando'`
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
-				duracao_ms, status_code, erro, resposta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+				duracao_ms, status_code, erro, resposta_selada) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL,
 					ultimo_sucesso_em = max(coalesce(ultimo_sucesso_em, 0), ?) WHERE id = ?`
 	markFailingSQL = `UPDATE integrator SET falhando_desde = coalesce(falhando_desde, ?)
@@ -186,7 +186,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			}
 			a := r.Attempt
 			if _, err := tx.stmt(tx.stmts.insertAttempt).Exec(r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio),
-				a.DuracaoMS, code, a.Erro, a.Resposta); err != nil {
+				a.DuracaoMS, code, a.Erro, a.RespostaSelada); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
 			if r.Unsent {
@@ -417,7 +417,7 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 	if err != nil {
 		return d, nil, err
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta
+	rows, err := db.read.QueryContext(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta, resposta_selada
 		FROM delivery_attempt WHERE outbox_id = ? ORDER BY id`, id)
 	if err != nil {
 		return d, nil, err
@@ -428,7 +428,7 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 		var a app.Attempt
 		var inicio int64
 		var code sql.NullInt64
-		if err := rows.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta); err != nil {
+		if err := rows.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta, &a.RespostaSelada); err != nil {
 			return d, nil, err
 		}
 		a.Inicio, a.StatusCode = fromMS(inicio), int(code.Int64)

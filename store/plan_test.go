@@ -180,6 +180,7 @@ func TestQueryPlans(t *testing.T) {
 		{name: "ResendAll (writer)", sql: resendAllSQL, file: "-", args: []any{ms(ts), "int-1"}},
 		{name: "ResendAll purged count (writer)", sql: countPurgedDeadSQL, file: "-", args: []any{"int-1"}},
 		{name: "SealClearBodies batch (writer)", sql: clearBodiesSQL, file: "-", args: []any{int64(100), 256}},
+		{name: "SealClearResponses batch (writer)", sql: clearResponsesSQL, file: "-", args: []any{int64(100), 256}},
 		// Writer statements (consumers.go).
 		{name: "AdvanceCursors clamp (writer)", sql: planAdvanceCursorSQL,
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},

@@ -82,8 +82,61 @@ func (db *DB) SealClearBodies(ctx context.Context, n int, seal func(eventID stri
 	return sealed, done, nil
 }
 
-// ScrubClearBodies implements app.ClearBodies. Sealing a body rewrites its
-// row, but SQLite leaves the old bytes in the page's free space, in pages
+// clearResponsesSQL reads the next attempts after the upgrade's cursor whose
+// answer is still in clear (an attempt's answer is at most 512 bytes).
+const clearResponsesSQL = `SELECT id, entrega_id, resposta FROM delivery_attempt
+	WHERE id > ? AND resposta <> '' ORDER BY id LIMIT ?`
+
+// SealClearResponses implements app.ClearBodies.
+func (db *DB) SealClearResponses(ctx context.Context, n int, seal func(entregaID, resposta string) []byte) (int, bool, error) {
+	var sealed int
+	var done bool
+	err := db.do(ctx, func(tx *wtx) error {
+		sealed, done = 0, false // the writer may run an operation twice
+		var cursor int64
+		if err := tx.QueryRow(`SELECT cursor_resposta FROM outbox_selagem WHERE id = 1`).Scan(&cursor); err != nil {
+			return fmt.Errorf("read the sealing cursor of answers: %w", err)
+		}
+		rows, err := tx.Query(clearResponsesSQL, cursor, n)
+		if err != nil {
+			return err
+		}
+		type stored struct {
+			id                  int64
+			entregaID, resposta string
+		}
+		var batch []stored
+		for rows.Next() {
+			var s stored
+			if err := rows.Scan(&s.id, &s.entregaID, &s.resposta); err != nil {
+				rows.Close()
+				return err
+			}
+			batch = append(batch, s)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for _, s := range batch {
+			if _, err := tx.Exec(`UPDATE delivery_attempt SET resposta = '', resposta_selada = ? WHERE id = ?`,
+				seal(s.entregaID, s.resposta), s.id); err != nil {
+				return fmt.Errorf("seal the answer of attempt %d: %w", s.id, err)
+			}
+			sealed++
+			cursor = s.id
+		}
+		done = len(batch) < n
+		_, err = tx.Exec(`UPDATE outbox_selagem SET cursor_resposta = ? WHERE id = 1`, cursor)
+		return err
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return sealed, done, nil
+}
+
+// ScrubClearBodies implements app.ClearBodies. Sealing a body (or an
+// answer) rewrites its row, but SQLite leaves the old bytes in the page's free space, in pages
 // on the freelist (and so do the bodies an earlier version purged), and in
 // WAL frames past the last checkpoint. VACUUM rebuilds the file from the
 // live rows only; the TRUNCATE checkpoint then copies it over the old pages

@@ -23,6 +23,7 @@ const (
 	upgradeCPF    = "52998224725"
 	upgradeName   = "Quitéria Anunciação"
 	upgradePurged = "Expurgado-Veríssimo"
+	upgradeAnswer = `{"erro":"servidor desconhecido","cpf":"` + upgradeCPF + `","nome":"` + upgradeName + `"}`
 )
 
 // writeVersion11 writes, at schema 11 and with the SQL that version ran,
@@ -79,8 +80,9 @@ func writeVersion11(t *testing.T, n int) (string, map[int64][]byte) {
 			i, id, i, i, status, entregue)
 		exec(`INSERT INTO outbox_corpo (outbox_id, corpo) VALUES (?, ?)`, i, []byte(body))
 		if status == app.EntregaFalhou {
-			exec(`INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio, duracao_ms, status_code)
-				VALUES (?, 'a', 1, 7000, 250, 400)`, i)
+			// A receiver that refuses an event and echoes its fields back.
+			exec(`INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio, duracao_ms, status_code, resposta)
+				VALUES (?, ?, 1, 7000, 250, 400, ?)`, i, "entrega-"+id, upgradeAnswer)
 		}
 		kept[int64(i)] = []byte(body)
 	}
@@ -211,6 +213,7 @@ func TestUpgradeSealsTheClearBodiesAndLeavesNoCopyInTheFiles(t *testing.T) {
 	if seen != len(kept) {
 		t.Errorf("%d bodies after the upgrade; %d before", seen, len(kept))
 	}
+	checkAnswersSealed(t, db, sealer, (rows+2)/3) // the dead letters: i % 3 == 1
 	// Finished, a start costs one read and changes nothing.
 	if err := app.SealStoredBodies(ctx, db, sealer, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
@@ -267,4 +270,116 @@ func TestANewDatabaseFinishesTheUpgradeAtOnce(t *testing.T) {
 		t.Fatalf("pending after the first start: %v %v", pending, err)
 	}
 	t.Logf("upgrade of an empty database: %v", time.Since(start))
+}
+
+// checkAnswersSealed checks that want attempts had an answer, that each is
+// sealed and opens to upgradeAnswer on its own attempt only, and that none
+// is left in clear.
+func checkAnswersSealed(t *testing.T, db *DB, sealer *app.Sealer, want int) {
+	t.Helper()
+	rs, err := db.read.QueryContext(t.Context(), `SELECT entrega_id, resposta, resposta_selada FROM delivery_attempt`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	n := 0
+	for rs.Next() {
+		var entregaID, resposta string
+		var sealed []byte
+		if err := rs.Scan(&entregaID, &resposta, &sealed); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if resposta != "" {
+			t.Errorf("attempt %s: answer still in clear: %q", entregaID, resposta)
+		}
+		if got, err := sealer.OpenResponse(sealed, entregaID); err != nil || got != upgradeAnswer {
+			t.Errorf("attempt %s: answer opens to %q (%v)", entregaID, got, err)
+		}
+		if _, err := sealer.OpenResponse(sealed, "entrega-outra"); err == nil {
+			t.Errorf("attempt %s: the sealed answer opens for another attempt", entregaID)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Errorf("%d attempts after the upgrade, want %d", n, want)
+	}
+}
+
+// A database whose bodies an earlier version already sealed (the upgrade
+// done) but whose attempts keep receivers' answers in clear goes through
+// the upgrade again: migration 15 sends it back, the answers are sealed
+// and the file rewritten, so no clear copy survives.
+func TestUpgradeSealsTheClearAnswersOfADatabaseWhoseBodiesWereSealed(t *testing.T) {
+	ctx := t.Context()
+	dir, _ := writeVersion11(t, 30)
+	path := filepath.Join(dir, FileName)
+	sealer, err := app.NewSealer(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Up to migration 14 and through the upgrade as that version ran it:
+	// bodies sealed, file rewritten, answers left as they were.
+	raw, err := sql.Open(DriverName, DSN(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := migrations(geohub.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx, raw, blocks[:14]); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := raw.QueryContext(ctx, `SELECT c.outbox_id, o.event_id, c.corpo FROM outbox_corpo c JOIN outbox o ON o.id = c.outbox_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := map[int64][]byte{}
+	for rs.Next() {
+		var id int64
+		var eventID string
+		var corpo []byte
+		if err := rs.Scan(&id, &eventID, &corpo); err != nil {
+			t.Fatal(err)
+		}
+		sealed[id] = sealer.SealBody(corpo, eventID)
+	}
+	rs.Close()
+	for id, b := range sealed {
+		if _, err := raw.ExecContext(ctx, `UPDATE outbox_corpo SET corpo = ? WHERE outbox_id = ?`, b, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{`UPDATE outbox_selagem SET cursor = 1000, etapa = 2`, "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+		if _, err := raw.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw.Close()
+
+	db, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := db.ClearBodiesPending(ctx); err != nil || !pending {
+		t.Fatalf("migration 15 must send a database with clear answers through the upgrade again: %v %v", pending, err)
+	}
+	if err := app.SealStoredBodies(ctx, db, sealer, logger); err != nil {
+		t.Fatal(err)
+	}
+	if pending, err := db.ClearBodiesPending(ctx); err != nil || pending {
+		t.Fatalf("the upgrade did not finish: %v %v", pending, err)
+	}
+	checkAnswersSealed(t, db, sealer, 10)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if found := clearTextIn(t, dir); len(found) > 0 {
+		t.Errorf("clear text survives the upgrade: %s", strings.Join(found, "; "))
+	}
+	checkFile(t, path)
 }

@@ -111,8 +111,12 @@ func requireNoClearText(t *testing.T, what, root string) {
 type atRestCAD struct {
 	secret string
 	answer atomic.Int32
-	mu     sync.Mutex
-	got    []atRestArrival
+	// echo makes it answer with the refused event's person, as a CAD that
+	// validates against its own records says which one it does not know:
+	// the first bytes of that answer are kept with the attempt.
+	echo atomic.Bool
+	mu   sync.Mutex
+	got  []atRestArrival
 }
 
 type atRestArrival struct {
@@ -132,6 +136,9 @@ func (c *atRestCAD) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		seq: seq, body: body, signed: r.Header.Get("X-Geohub-Assinatura") == app.Sign([]byte(secret), ts, body)})
 	c.mu.Unlock()
 	w.WriteHeader(int(c.answer.Load()))
+	if c.echo.Load() {
+		fmt.Fprintf(w, `{"erro":"servidor não cadastrado","nome":%q,"cpf":%q}`, atRestName, atRestCPF)
+	}
 }
 
 // setSecret is under the lock: the requests that read it come from another
@@ -180,6 +187,7 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 	// pendente, retrying).
 	refusing := &atRestCAD{}
 	refusing.answer.Store(http.StatusBadRequest)
+	refusing.echo.Store(true)
 	refusingLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +296,21 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 	recoveredSrv := &http.Server{Handler: recovered}
 	go recoveredSrv.Serve(ln)
 	t.Cleanup(func() { recoveredSrv.Close() })
+	// The operator still reads what the receiver answered, opened.
+	for _, r := range listAll[row](t, client, base+"/api/entregas?integrador="+refusingID, token) {
+		a, err := call(client, "GET", fmt.Sprintf("%s/api/entregas/%d", base, r.ID), token, "")
+		if err != nil || a.status != http.StatusOK {
+			t.Fatalf("delivery %d: %v %d %s", r.ID, err, a.status, a.body)
+		}
+		var d struct {
+			Tentativas []struct{ Resposta string } `json:"tentativas_registradas"`
+		}
+		json.Unmarshal(a.body, &d)
+		if len(d.Tentativas) == 0 || !strings.Contains(d.Tentativas[0].Resposta, atRestCPF) {
+			t.Errorf("delivery %d: the receiver's answer does not read back: %s", r.ID, a.body)
+		}
+	}
+	refusing.echo.Store(false)
 	refusing.answer.Store(http.StatusNoContent)
 	before := len(refusing.arrivals())
 	if a, err := call(client, "POST", base+"/api/integradores/"+downID+"/tentar-agora", token, ""); err != nil || a.status != http.StatusOK {

@@ -216,7 +216,7 @@ const (
 	// An attempt is recorded once, even when a finishing batch whose
 	// commit was not confirmed is sent again (delivery_attempt_entrega_key).
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
-				duracao_ms, status_code, erro, resposta) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+				duracao_ms, status_code, erro, resposta_selada) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 				ON CONFLICT (outbox_id, entrega_id) DO NOTHING`
 	// failingSQL is one integrator's failing period after a batch: cleared
 	// ($2) means a success in it ended the period, which then restarts at
@@ -364,7 +364,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			}
 			a := r.Attempt
 			p.exec(insertAttemptSQL, r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, statusCode(a),
-				a.Erro, a.Resposta)
+				a.Erro, a.RespostaSelada)
 		}
 		return nil
 	}
@@ -564,7 +564,7 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 	if err != nil {
 		return d, nil, err
 	}
-	rows, err := db.read.Query(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta
+	rows, err := db.read.Query(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta, resposta_selada
 		FROM delivery_attempt WHERE outbox_id = $1 ORDER BY id`, id)
 	if err != nil {
 		return d, nil, err
@@ -573,7 +573,7 @@ func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attem
 		var a app.Attempt
 		var inicio int64
 		var code *int64
-		if err := r.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta); err != nil {
+		if err := r.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta, &a.RespostaSelada); err != nil {
 			return a, err
 		}
 		a.Inicio = fromMS(inicio)

@@ -400,3 +400,11 @@ CREATE TABLE verificacao_chave (
     hmac       BYTEA   NOT NULL,
     gravada_em BIGINT  NOT NULL -- unix milliseconds
 );
+
+-- migration: 5
+
+-- Receivers' answers sealed at rest, as SQLite's migration 15: new attempts
+-- keep the first bytes of the answer only in resposta_selada. A PostgreSQL
+-- database is filled by migrate-data from a SQLite one whose upgrade is
+-- done, so it holds no clear answer to seal.
+ALTER TABLE delivery_attempt ADD COLUMN resposta_selada BYTEA;
