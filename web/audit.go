@@ -3,22 +3,18 @@ package web
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 
 	"geohub/app"
 )
 
-// remoteAddr is the API client's address for the audit trail: the peer.
-// The API does not read X-Forwarded-For (the console's --trusted-proxies
-// apply to the console only), so behind a proxy this is the proxy.
-func remoteAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+// remoteAddr is the API client's address for the audit trail: the peer,
+// or behind --trusted-proxies the client they forwarded for, as the
+// console reads it.
+func (s *Server) remoteAddr(r *http.Request) string {
+	addr, _ := s.TrustedProxies.Client(r)
+	return addr
 }
 
 // routeTarget names a request refused before any service ran.

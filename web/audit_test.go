@@ -24,6 +24,7 @@ import (
 	"geohub/store/storetest"
 	"geohub/web"
 	"geohub/web/console"
+	"geohub/web/proxy"
 )
 
 // audEnv is the whole HTTP edge, API and console, on one real database,
@@ -53,8 +54,9 @@ func audSetup(t *testing.T) *audEnv {
 	})
 	db, auth, sessions := k.DB, k.Auth, k.Sessions
 	cons := console.New(k.Services, k.Ocorrencias)
-	cons.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	cons.TrustedProxies = proxy.Trusted{netip.MustParsePrefix("127.0.0.1/32")}
 	srv := web.New(k.Services, k.Ocorrencias, cons.Handler(), prometheus.NewRegistry())
+	srv.TrustedProxies = cons.TrustedProxies // as serve wires --trusted-proxies
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	env := &audEnv{URL: hs.URL, DB: db, Tokens: map[app.Papel]string{}, TokenIDs: map[app.Papel]string{}, Sessions: sessions}
@@ -166,6 +168,32 @@ func audCheck(t *testing.T, e app.AuditEntry, w audExpect) {
 	if len(bad) > 0 {
 		t.Errorf("%s on %s: %s", e.Acao, e.Alvo.ID, strings.Join(bad, "; "))
 	}
+}
+
+// Behind --trusted-proxies the API records the client the proxy forwarded
+// for, as the console does; a forged entry left of it is not believed.
+func TestAuditRecordsTheAPIClientBehindATrustedProxy(t *testing.T) {
+	e := audSetup(t)
+	admin := e.Tokens[app.PapelAdmin]
+	status, raw := e.api(t, "POST", "/api/integradores", admin, map[string]any{"nome": "CAD Proxy",
+		"callback_url": e.Receiver.URL + "/geohub", "hosts_permitidos": []string{"127.0.0.1"}, "eventos": []string{"ocorrencia:*"}},
+		"X-Forwarded-For", "203.0.113.66, 198.51.100.23")
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, raw)
+	}
+	var c app.CreatedIntegrator
+	json.Unmarshal(raw, &c)
+	audCheck(t, e.one(t, app.AcaoIntegradorCriar, c.ID), audExpect{endereco: "198.51.100.23", resultado: app.AuditOK})
+	// An integrator's command through the proxy says the same.
+	status, raw = e.api(t, "POST", "/api/ocorrencias", c.APIKey, map[string]any{"natureza": "incendio"},
+		"X-Forwarded-For", "198.51.100.24", "X-Solicitacao-Id", "0199bb3e-0000-7000-8000-0000000000b1")
+	if status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, raw)
+	}
+	var oc struct{ ID string }
+	json.Unmarshal(raw, &oc)
+	audCheck(t, e.one(t, app.AcaoOcorrenciaRegistrar, oc.ID), audExpect{quemTipo: app.ActorIntegrador, quemID: c.ID,
+		endereco: "198.51.100.24", resultado: app.AuditOK})
 }
 
 func TestAuditRecordsEachAPIAction(t *testing.T) {

@@ -24,7 +24,7 @@ func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request,
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: remoteAddr(r)})
+		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: s.remoteAddr(r)})
 		h(w, r.WithContext(ctx), in)
 	})
 }

@@ -20,6 +20,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/web/proxy"
 )
 
 // MaxBodyBytes caps every request body.
@@ -46,6 +47,9 @@ type Server struct {
 	Gatherer prometheus.Gatherer
 	// Ready reports whether the database is writable and workers run.
 	Ready func(ctx context.Context) error
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For the
+	// audit trail believes (--trusted-proxies, as the console).
+	TrustedProxies proxy.Trusted
 }
 
 // New is the API on the service graph; console serves what the API does
@@ -172,7 +176,7 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		}
 		// The token is the author of whatever the request changes.
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorToken, ID: t.ID, Nome: t.Nome, Papel: t.Papel,
-			Endereco: remoteAddr(r)})
+			Endereco: s.remoteAddr(r)})
 		if err := app.Allow(t, roles...); err != nil {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				s.Audit.Refused(ctx, app.AcaoAcessoNegado, routeTarget(r), err)

@@ -23,6 +23,7 @@ import (
 	"geohub/app/ocorrencia"
 	"geohub/web"
 	"geohub/web/console"
+	"geohub/web/proxy"
 )
 
 // Config is what `geohub serve` runs with.
@@ -202,7 +203,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxies, err := console.ParseTrustedProxies(cfg.TrustedProxies)
+	proxies, err := proxy.Parse(cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
@@ -273,6 +274,7 @@ func (m *Main) Run(ctx context.Context) error {
 	cons := console.New(svc, ocorrencias)
 	cons.Insecure, cons.TrustedProxies = cfg.InsecureCallbacks, proxies
 	srv := web.New(svc, ocorrencias, cons.Handler(), reg)
+	srv.TrustedProxies = proxies
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ func (c *Console) showLogin(w http.ResponseWriter, r *http.Request, status int, 
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
-	_, https := c.client(r)
+	_, https := c.TrustedProxies.Client(r)
 	http.SetCookie(w, &http.Cookie{Name: loginCSRF, Value: token, Path: "/login", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: https, MaxAge: 3600})
 	back := safeBack(r.FormValue("volta"))
@@ -53,7 +53,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := newForm(r, "login")
-	client, https := c.client(r)
+	client, https := c.TrustedProxies.Client(r)
 	secret, _, err := c.Sessions.Login(r.Context(), strings.TrimSpace(r.PostFormValue("login")), r.PostFormValue("senha"), client)
 	if err != nil {
 		status := app.ErrorCode(err).HTTPStatus()

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -25,6 +24,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/web/proxy"
 )
 
 //go:generate go tool templ generate
@@ -64,8 +64,8 @@ type Console struct {
 	// Insecure says --insecure-callbacks is on: every page says so.
 	Insecure bool
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
-	// X-Forwarded-Proto the console believes (see client).
-	TrustedProxies []netip.Prefix
+	// X-Forwarded-Proto the console believes.
+	TrustedProxies proxy.Trusted
 	Logger         *slog.Logger
 	Now            func() time.Time
 
@@ -306,7 +306,7 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		}
 		s := &session{op: op, secret: ck.Value, csrf: c.Sessions.CSRF(ck.Value)}
 		// The signed-in operator is the author of whatever the request changes.
-		addr, _ := c.client(r)
+		addr, _ := c.TrustedProxies.Client(r)
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorOperador, ID: op.ID, Nome: op.Login, Papel: op.Papel, Endereco: addr})
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)

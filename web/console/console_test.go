@@ -15,6 +15,7 @@ import (
 	"geohub/app"
 	"geohub/store/storetest"
 	"geohub/web/console"
+	"geohub/web/proxy"
 )
 
 // consoleServer is the console alone on a real database, with an admin.
@@ -538,7 +539,7 @@ func proxiedClient(from, proto string) *http.Client {
 func TestConsoleBehindATrustedProxy(t *testing.T) {
 	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
 	serve := func(trusted string) *httptest.Server {
-		proxies, err := console.ParseTrustedProxies(trusted)
+		proxies, err := proxy.Parse(trusted)
 		if err != nil {
 			t.Fatal(err)
 		}

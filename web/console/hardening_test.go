@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"geohub/store/storetest"
-	"geohub/web/console"
+	"geohub/web/proxy"
 )
 
 // proxiedConsole is the console on a real database behind a trusted
@@ -20,7 +20,7 @@ import (
 func proxiedConsole(t *testing.T) *httptest.Server {
 	t.Helper()
 	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
-	proxies, err := console.ParseTrustedProxies("127.0.0.1")
+	proxies, err := proxy.Parse("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package console
+// Package proxy tells who sent a request when geohub runs behind reverse
+// proxies (--trusted-proxies): the API's audit trail and the console's
+// login limits and cookies read the client the same way.
+package proxy
 
 import (
 	"fmt"
@@ -7,10 +10,14 @@ import (
 	"strings"
 )
 
-// ParseTrustedProxies reads --trusted-proxies: addresses or CIDR prefixes,
+// Trusted are the reverse proxies whose X-Forwarded-For and
+// X-Forwarded-Proto are believed; empty, every peer is the client.
+type Trusted []netip.Prefix
+
+// Parse reads --trusted-proxies: addresses or CIDR prefixes,
 // comma-separated, of the reverse proxies in front of geohub.
-func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
+func Parse(s string) (Trusted, error) {
+	var out Trusted
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
@@ -36,21 +43,21 @@ func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// client is who sent a request, as far as the console can tell: the peer,
+// Client is who sent a request, as far as geohub can tell: the peer,
 // or, when the peer is a trusted proxy, the address that proxy (and any
 // trusted one before it) saw, from X-Forwarded-For read right to left; and
 // whether the browser reached us over TLS (X-Forwarded-Proto from a trusted
 // proxy). Headers from anyone else are ignored: they are the client's to
-// forge. The login limits key on this address and cookies are Secure when
-// https is true.
-func (c *Console) client(r *http.Request) (addr string, https bool) {
+// forge. The console's login limits key on this address and its cookies
+// are Secure when https is true; the audit trail records the address.
+func (t Trusted) Client(r *http.Request) (addr string, https bool) {
 	https = r.TLS != nil
 	peer, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr, https
 	}
 	ip := peer.Addr().Unmap()
-	if !c.trusted(ip) {
+	if !t.contains(ip) {
 		return ip.String(), https
 	}
 	if v := r.Header.Values("X-Forwarded-Proto"); len(v) > 0 {
@@ -64,15 +71,15 @@ func (c *Console) client(r *http.Request) (addr string, https bool) {
 			break // garbage: keep the last address we could trust
 		}
 		ip = hop.Unmap()
-		if !c.trusted(ip) {
+		if !t.contains(ip) {
 			break
 		}
 	}
 	return ip.String(), https
 }
 
-func (c *Console) trusted(ip netip.Addr) bool {
-	for _, p := range c.TrustedProxies {
+func (t Trusted) contains(ip netip.Addr) bool {
+	for _, p := range t {
 		if p.Contains(ip) {
 			return true
 		}

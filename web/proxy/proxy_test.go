@@ -1,4 +1,4 @@
-package console
+package proxy
 
 import (
 	"crypto/tls"
@@ -8,11 +8,10 @@ import (
 )
 
 func TestClientBehindTrustedProxies(t *testing.T) {
-	proxies, err := ParseTrustedProxies(" 10.0.0.0/8, 192.168.1.1 ,::1, ::ffff:172.16.0.0/108")
+	proxies, err := Parse(" 10.0.0.0/8, 192.168.1.1 ,::1, ::ffff:172.16.0.0/108")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Console{TrustedProxies: proxies}
 	for _, tt := range []struct {
 		name, peer string
 		xff        []string
@@ -45,14 +44,14 @@ func TestClientBehindTrustedProxies(t *testing.T) {
 			if tt.tls {
 				r.TLS = &tls.ConnectionState{}
 			}
-			addr, https := c.client(r)
+			addr, https := proxies.Client(r)
 			if addr != tt.addr || https != tt.https {
 				t.Fatalf("client = %s, https %v; want %s, %v", addr, https, tt.addr, tt.https)
 			}
 		})
 	}
 	for _, bad := range []string{"10.0.0.0/33", "proxy.local", "10.0.0", "::ffff:0.0.0.0/90"} {
-		if _, err := ParseTrustedProxies(bad); err == nil {
+		if _, err := Parse(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
