@@ -2,13 +2,12 @@ package app_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"geohub/app"
-	"geohub/store"
+	"geohub/store/storetest"
 )
 
 // The built-in plugins publish their types at every command: deprecating
@@ -16,11 +15,7 @@ import (
 // existed is active again at the next start.
 func TestBuiltinTypesCannotBeDeprecated(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t, time.Now)
 	reg, err := app.NewRegistry(ctx, db, time.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
-	"geohub/store"
+	"geohub/store/storetest"
 )
 
 // TestUpgradeAddsTheBoundedBuiltinVersions starts on a data directory as
@@ -22,11 +21,7 @@ import (
 // commands record their outcomes in the bounded version, cut to it.
 func TestUpgradeAddsTheBoundedBuiltinVersions(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t, time.Now)
 	reg, err := app.NewRegistry(ctx, db, time.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -21,7 +20,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/redact"
-	"geohub/store"
+	"geohub/store/storetest"
 )
 
 // fuzzSecret marks personal data in fuzzed payloads: wherever the rules do
@@ -73,11 +72,7 @@ var fuzzCodes = map[app.Code]bool{app.EInvalid: true, app.EMalformed: true, app.
 // redacted record and exactly one more row (none for a repeat).
 func FuzzPublish(f *testing.F) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(f.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { db.Close() })
+	db := storetest.Open(f, time.Now)
 	var (
 		mu        sync.Mutex
 		committed []app.Appended

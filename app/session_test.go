@@ -1,23 +1,18 @@
 package app_test
 
 import (
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"geohub/app"
-	"geohub/store"
+	"geohub/store/storetest"
 )
 
 func sessionsSetup(t *testing.T) (*app.Sessions, *fakeClock) {
 	t.Helper()
-	db, err := store.Open(t.Context(), filepath.Join(t.TempDir(), store.FileName), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := storetest.Open(t, time.Now)
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))}
 	auth := &app.Auth{Store: db, Now: clock.Now}
