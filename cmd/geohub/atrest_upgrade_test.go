@@ -89,7 +89,7 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	srv.stop()
-	if !strings.Contains(srv.out.String(), "sealed the outbox bodies an earlier version stored in clear") {
+	if !strings.Contains(srv.out.String(), "stored in clear; rewriting the database file") || !strings.Contains(srv.out.String(), "corpos=5 ") {
 		t.Errorf("the start does not say it sealed the clear bodies:\n%s", srv.out)
 	}
 	for _, a := range cad.arrivals() {
