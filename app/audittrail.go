@@ -201,6 +201,9 @@ type AuditPage struct {
 // action, a form without its CSRF token).
 type AuditTrail struct {
 	Store AuditStore
+	Now   func() time.Time
+
+	refusals refusalLimiter
 }
 
 // List answers a page of the trail. quem is an id or a name: ids are UUIDs
@@ -235,11 +238,34 @@ func (t *AuditTrail) List(ctx context.Context, quem string, f AuditFilter) (Audi
 
 // Refused records that ctx's actor was refused acao on alvo by err before
 // any service ran.
+// At most refusalBudget a minute are recorded per actor (per address for
+// a request without one); the next one recorded counts those that were
+// not (recusas_nao_registradas).
 func (t *AuditTrail) Refused(ctx context.Context, acao string, alvo AuditTarget, err error) {
 	if t == nil || t.Store == nil {
 		return
 	}
-	recordRefusal(ctx, t.Store, NewAudit(ctx, acao, alvo), err)
+	if _, ok := refusal(err); !ok {
+		return
+	}
+	a := ActorOf(ctx)
+	key := a.Tipo + " " + a.ID
+	if a.ID == "" {
+		key = "endereco " + a.Endereco
+	}
+	now := time.Now
+	if t.Now != nil {
+		now = t.Now
+	}
+	ok, dropped := t.refusals.admit(key, now())
+	if !ok {
+		return
+	}
+	e := NewAudit(ctx, acao, alvo)
+	if dropped > 0 {
+		e.Campos = append(e.Campos, Set("recusas_nao_registradas", dropped))
+	}
+	recordRefusal(ctx, t.Store, e, err)
 }
 
 // Record appends an entry that joins no change's transaction: a failed

@@ -157,7 +157,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Commands:    &Commands{Publisher: publisher, Log: db, Key: DeriveCommandKey(d.MasterKey), Now: d.Now},
 		Consumers:   &Consumers{Log: db, Store: db, Now: d.Now, Logger: d.Logger, Metrics: metrics},
 		Queries:     &Queries{Log: db, Store: db},
-		AuditTrail:  &AuditTrail{Store: db},
+		AuditTrail:  &AuditTrail{Store: db, Now: d.Now},
 		Stats:       &Stats{Store: db, Now: d.Now},
 
 		EventsChanged:   &Notifier{},

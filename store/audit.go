@@ -26,6 +26,8 @@ func (tx *wtx) audit(e *app.AuditEntry, now int64) error {
 	if e == nil {
 		return nil
 	}
+	b := e.Bounded()
+	e = &b
 	campos := e.Campos
 	if campos == nil {
 		campos = []app.AuditField{}
@@ -114,7 +116,7 @@ func (db *DB) AuditEntries(ctx context.Context, f app.AuditFilter) ([]app.AuditE
 		if err := json.Unmarshal([]byte(campos), &e.Campos); err != nil {
 			return nil, false, fmt.Errorf("decode audit entry %d: %w", e.ID, err)
 		}
-		size += len(campos) + len(e.Detalhe) + 256
+		size += e.Size()
 		out = append(out, e)
 	}
 	return out, false, rows.Err()

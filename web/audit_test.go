@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -675,5 +676,60 @@ func TestAuditNoOKRowWithoutItsChange(t *testing.T) {
 	after, _, _ := e.DB.OperatorByLogin(ctx, "alvo.tres")
 	if after.Papel != app.PapelLeitor {
 		t.Fatalf("the refused change happened: papel %s", after.Papel)
+	}
+}
+
+// A leitor refused on a path of its choosing adds one bounded row per
+// request, and at most 30 a minute: the trail is kept forever, so its
+// growth is not the caller's to choose. The next row recorded says how
+// many refusals were not.
+func TestRefusalsCannotGrowTheTrailWithoutBound(t *testing.T) {
+	ctx := t.Context()
+	clock := storetest.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
+	k := storetest.New(t, storetest.Options{Deps: app.Deps{Now: clock.Now, NoDispatch: true}})
+	hs := httptest.NewServer(web.New(k.Services, k.Ocorrencias, nil, prometheus.NewRegistry()).Handler())
+	t.Cleanup(hs.Close)
+	secret, tok, err := k.Auth.CreateToken(ctx, app.PapelLeitor, "script")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := func(path string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: %d, want 403", path[:min(len(path), 60)], res.StatusCode)
+		}
+	}
+	long := "/api/integradores/" + strings.Repeat("A", 900_000) + "/verificar"
+	for range 100 {
+		refuse(long)
+	}
+	rows, _, err := k.DB.AuditEntries(ctx, app.AuditFilter{QuemID: tok.ID, Limite: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, r := range rows {
+		size += r.Size()
+	}
+	if len(rows) != 30 || size > 30*2048 {
+		t.Fatalf("100 refusals in a minute stored %d rows of %d bytes in all; want 30, each within 2 KiB", len(rows), size)
+	}
+	clock.Set(clock.Now().Add(time.Minute))
+	refuse("/api/integradores/x/verificar")
+	rows, _, err = k.DB.AuditEntries(ctx, app.AuditFilter{QuemID: tok.ID, Limite: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatal(err)
+	}
+	if got := rows[0]; got.Alvo.ID != "POST /api/integradores/x/verificar" || len(got.Campos) != 1 ||
+		got.Campos[0].Campo != "recusas_nao_registradas" || string(got.Campos[0].Para) != "70" {
+		t.Fatalf("the next refusal recorded reads %+v; want it to count the 70 not recorded", got)
 	}
 }

@@ -95,7 +95,7 @@ func (db *DB) AuditEntries(ctx context.Context, f app.AuditFilter) ([]app.AuditE
 		if err := json.Unmarshal([]byte(campos), &e.Campos); err != nil {
 			return nil, false, fmt.Errorf("decode audit entry %d: %w", e.ID, err)
 		}
-		size += len(campos) + len(e.Detalhe) + 256
+		size += e.Size()
 		out = append(out, e)
 	}
 	return out, false, rows.Err()

@@ -459,7 +459,9 @@ func (tx *wtx) audit(e *app.AuditEntry, now int64) error {
 }
 
 // auditArgs are insertAuditSQL's arguments for e.
-func auditArgs(e *app.AuditEntry, now int64) ([]any, error) {
+func auditArgs(entry *app.AuditEntry, now int64) ([]any, error) {
+	b := entry.Bounded()
+	e := &b
 	campos := e.Campos
 	if campos == nil {
 		campos = []app.AuditField{}

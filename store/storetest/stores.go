@@ -739,10 +739,46 @@ func StoresConformance(t *testing.T, open func(t *testing.T, now func() time.Tim
 			func(r row) bool { return r.quem == "ana" && r.acao == app.AcaoIntegradorDesativar })
 	})
 
+	t.Run("audit: an entry is stored within its bounds", func(t *testing.T) {
+		_, db := fresh(t)
+		big := entry("ana", app.AcaoAcessoNegado, "POST /api/integradores/"+strings.Repeat("A", 900_000)+"/verificar")
+		big.Alvo.Tipo, big.Quem.Nome = "rota", strings.Repeat("n", 10_000)
+		big.Detalhe, big.Campos = strings.Repeat("d", 100_000), nil
+		for i := range 40 {
+			big.Campos = append(big.Campos, app.Set(fmt.Sprintf("campo_%d", i), strings.Repeat("v", 50_000)))
+		}
+		if err := db.AppendAudit(t.Context(), big); err != nil {
+			t.Fatal(err)
+		}
+		rows := auditAll(t, db, app.AuditFilter{})
+		if len(rows) != 1 {
+			t.Fatalf("%d rows", len(rows))
+		}
+		r := rows[0]
+		if size := r.Size(); size > 200_000 {
+			t.Errorf("the stored entry takes %d bytes", size)
+		}
+		if len(r.Alvo.ID) > 512 || !strings.HasSuffix(r.Alvo.ID, "…") || !strings.HasPrefix(r.Alvo.ID, "POST /api/integradores/AAA") {
+			t.Errorf("alvo.id kept %d bytes: %.40q…", len(r.Alvo.ID), r.Alvo.ID)
+		}
+		if len(r.Quem.Nome) > 512 || len(r.Detalhe) > 4096 || len(r.Campos) != 32 ||
+			r.Campos[31].Campo != "campos_omitidos" || string(r.Campos[31].Para) != "9" {
+			t.Errorf("quem.nome %d bytes, detalhe %d, %d campos (last %+v)", len(r.Quem.Nome), len(r.Detalhe), len(r.Campos), r.Campos[len(r.Campos)-1])
+		}
+		var v string
+		if err := json.Unmarshal(r.Campos[0].Para, &v); err != nil || !strings.HasSuffix(v, "(valor de 50002 bytes, cortado)") {
+			t.Errorf("a long value is kept as %q (%v)", v, err)
+		}
+	})
+
 	t.Run("audit: a page stops at AuditPageBytes and says more follow", func(t *testing.T) {
 		_, db := fresh(t)
-		big := entry("ana", app.AcaoLogin, "x")
-		big.Detalhe = strings.Repeat("d", 100_000)
+		// As large as an entry may be: every field at its bound.
+		big := entry("ana", app.AcaoLogin, strings.Repeat("x", 512))
+		big.Detalhe = strings.Repeat("d", 4096)
+		for i := range 32 {
+			big.Campos = append(big.Campos, app.Changed(fmt.Sprintf("campo_%d", i), strings.Repeat("a", 4000), strings.Repeat("b", 4000)))
+		}
 		for range 12 {
 			if err := db.AppendAudit(t.Context(), big); err != nil {
 				t.Fatal(err)
