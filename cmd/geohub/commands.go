@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/user"
 	"strconv"
@@ -43,7 +44,33 @@ func parse(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	return refuseArgvDatabasePassword(fs)
+}
+
+// refuseArgvDatabasePassword refuses a --db URL given on the command line
+// with a password in it, for the reason refuseArgvSecrets gives, without
+// repeating the URL. In GEOHUB_DB it is the environment's, readable by the
+// process's user only; pgx also reads PGPASSWORD and ~/.pgpass.
+func refuseArgvDatabasePassword(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "db" && urlHasPassword(f.Value.String()) {
+			err = errors.New("--db is refused with a password in it: the command line is visible to every user of this machine (ps) and stays in the shell history; give the URL in the environment variable GEOHUB_DB, or the password in PGPASSWORD or a ~/.pgpass file (PGPASSFILE)")
+		}
+	})
+	return err
+}
+
+func urlHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		// Not a URL the driver reads either; say nothing of its content.
+		return strings.Contains(raw, "@") || strings.Contains(strings.ToLower(raw), "password")
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	return u.Query().Has("password")
 }
 
 func serveCmd(ctx context.Context, args []string) error {

@@ -67,6 +67,33 @@ func TestSecretsNeverComeFromTheCommandLine(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a database URL with a password is refused as an argument, without echoing it, and taken from GEOHUB_DB", func(t *testing.T) {
+		const password = "senha-do-banco-no-ps"
+		for _, args := range [][]string{
+			{"serve", "--db", "postgres://geohub:" + password + "@127.0.0.1:1/geohub"},
+			{"migrate", "-db=postgres://127.0.0.1:1/geohub?password=" + password},
+			{"token", "create", "--papel", "admin", "--db", "postgresql://u:" + password + "@[::1]:1/x"},
+			{"migrate-data", "--from", t.TempDir(), "--db", "postgres://u:" + password + "@127.0.0.1:1/x"},
+		} {
+			out, errOut, ok := geohubCLI(t, "", nil, args...)
+			if ok || !strings.Contains(errOut, "--db is refused") || !strings.Contains(errOut, "GEOHUB_DB") || strings.Contains(out+errOut, password) {
+				t.Errorf("geohub %s: exit 0 = %v\nstdout %s\nstderr %s", strings.Join(args, " "), ok, out, errOut)
+			}
+		}
+		// In the environment the same URL is taken: the answer is about
+		// the unreachable server, not the password's place.
+		_, errOut, ok := geohubCLI(t, "", []string{"GEOHUB_DB=postgres://geohub:" + password + "@127.0.0.1:1/geohub", "GEOHUB_MASTER_KEY=" + strings.Repeat("ab", 32)},
+			"migrate", "--data", t.TempDir())
+		if ok || strings.Contains(errOut, "--db is refused") || strings.Contains(errOut, password) {
+			t.Errorf("GEOHUB_DB: exit 0 = %v, stderr %s", ok, errOut)
+		}
+		// Without a password the argument stays allowed.
+		_, errOut, _ = geohubCLI(t, "", []string{"GEOHUB_MASTER_KEY=" + strings.Repeat("ab", 32)}, "migrate", "--data", t.TempDir(),
+			"--db", "postgres://geohub@127.0.0.1:1/geohub")
+		if strings.Contains(errOut, "--db is refused") {
+			t.Errorf("a URL without a password was refused: %s", errOut)
+		}
+	})
 	t.Run("verify-signature reads the secret from a file or from GEOHUB_SECRET", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "segredo")
 		if err := os.WriteFile(file, []byte(c.Segredo+"\n"), 0o600); err != nil {
