@@ -5,19 +5,18 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // The trail is append-only and kept forever, so what one request can add
 // to it is bounded: a refused request's path, a name or a refusal's text
 // is the caller's to choose, and a leitor's 403 on a 1 MB path once stored
-// a 1 MB row. Each text is cut (at a rune boundary, ending in "…"), a
-// field's value past its bound is kept as the start of its JSON text, and
-// an entry keeps at most auditFieldsMax fields.
+// a 1 MB row. Each text is cut to a number of characters (clip, ending in
+// "…"), a field's value past its bound is kept as the start of its JSON
+// text, and an entry keeps at most auditFieldsMax fields.
 const (
-	auditTextMax   = 512  // ids, names, addresses, actions, targets
-	auditDetailMax = 4096 // a refusal's message with its findings
-	auditValueMax  = 4096 // one field's value, as JSON
+	auditTextMax   = 512  // characters of ids, names, addresses, actions, targets
+	auditDetailMax = 4096 // characters of a refusal's message with its findings
+	auditValueMax  = 4096 // bytes of one field's value, as JSON
 	auditFieldsMax = 32
 )
 
@@ -25,9 +24,9 @@ const (
 func (e AuditEntry) Bounded() AuditEntry {
 	for _, s := range []*string{&e.Quem.Tipo, &e.Quem.ID, &e.Quem.Nome, &e.Endereco, &e.Acao,
 		&e.Alvo.Tipo, &e.Alvo.ID, &e.Alvo.Nome, &e.Resultado} {
-		*s = cutText(*s, auditTextMax)
+		*s = clip(*s, auditTextMax)
 	}
-	e.Detalhe = cutText(e.Detalhe, auditDetailMax)
+	e.Detalhe = clip(e.Detalhe, auditDetailMax)
 	if len(e.Campos) > auditFieldsMax {
 		omitted := len(e.Campos) - auditFieldsMax + 1
 		e.Campos = append(e.Campos[:auditFieldsMax-1:auditFieldsMax-1], Set("campos_omitidos", omitted))
@@ -36,7 +35,7 @@ func (e AuditEntry) Bounded() AuditEntry {
 	}
 	for i := range e.Campos {
 		f := &e.Campos[i]
-		f.Campo = cutText(f.Campo, auditTextMax)
+		f.Campo = clip(f.Campo, auditTextMax)
 		f.De, f.Para = cutValue(f.De), cutValue(f.Para)
 	}
 	return e
@@ -53,18 +52,6 @@ func (e AuditEntry) Size() int {
 	return n
 }
 
-func cutText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	const ellipsis = "…"
-	cut := max - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
-}
-
 // cutValue keeps a value past auditValueMax as a JSON string holding the
 // start of its text and its size: still readable, no longer the value.
 func cutValue(v json.RawMessage) json.RawMessage {
@@ -72,7 +59,7 @@ func cutValue(v json.RawMessage) json.RawMessage {
 		return v
 	}
 	note := fmt.Sprintf(" (valor de %d bytes, cortado)", len(v))
-	b, _ := json.Marshal(cutText(string(v), auditValueMax/2) + note)
+	b, _ := json.Marshal(clip(string(v), auditValueMax/2) + note)
 	return b
 }
 

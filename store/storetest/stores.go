@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -758,10 +759,10 @@ func StoresConformance(t *testing.T, open func(t *testing.T, now func() time.Tim
 		if size := r.Size(); size > 200_000 {
 			t.Errorf("the stored entry takes %d bytes", size)
 		}
-		if len(r.Alvo.ID) > 512 || !strings.HasSuffix(r.Alvo.ID, "…") || !strings.HasPrefix(r.Alvo.ID, "POST /api/integradores/AAA") {
+		if utf8.RuneCountInString(r.Alvo.ID) > 512 || !strings.HasSuffix(r.Alvo.ID, "…") || !strings.HasPrefix(r.Alvo.ID, "POST /api/integradores/AAA") {
 			t.Errorf("alvo.id kept %d bytes: %.40q…", len(r.Alvo.ID), r.Alvo.ID)
 		}
-		if len(r.Quem.Nome) > 512 || len(r.Detalhe) > 4096 || len(r.Campos) != 32 ||
+		if utf8.RuneCountInString(r.Quem.Nome) > 512 || utf8.RuneCountInString(r.Detalhe) > 4096 || len(r.Campos) != 32 ||
 			r.Campos[31].Campo != "campos_omitidos" || string(r.Campos[31].Para) != "9" {
 			t.Errorf("quem.nome %d bytes, detalhe %d, %d campos (last %+v)", len(r.Quem.Nome), len(r.Detalhe), len(r.Campos), r.Campos[len(r.Campos)-1])
 		}
