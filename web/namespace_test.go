@@ -65,7 +65,8 @@ func TestOutsidePublishesStayOutOfThePluginsNamespaces(t *testing.T) {
 	})
 	t.Run("a producer's own namespaces stay open", func(t *testing.T) {
 		for _, body := range []map[string]any{event("rh", "lote:1"), event("ocorrencias-legadas", "jornada:ocorrencia:1"),
-			event("solicitacoes", "solicitacoes:1"), event("São Paulo", "unidade:São Paulo")} {
+			event("solicitacoes", "solicitacoes:1"), event("São Paulo", "unidade:São Paulo"),
+			event("evento", "eventos:1"), event("integração-sp", "ocorrência-antiga:1")} {
 			e.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body).want(t, http.StatusCreated)
 		}
 	})
@@ -80,8 +81,9 @@ func TestOutsidePublishesStayOutOfThePluginsNamespaces(t *testing.T) {
 }
 
 // Aggregates and origens that a person would take for the plugins' are
-// theirs too: case, accents, compatibility forms, invisible characters and
-// letters of other scripts drawn like the Latin ones.
+// theirs too: case, accents, compatibility forms, spaces and letters of
+// other scripts drawn like the Latin ones. (Invisible characters are the
+// character rule's: TestInvisibleCharactersAreRefusedEverywhere.)
 func TestLookalikesOfThePluginsNamespacesAreRefused(t *testing.T) {
 	t.Parallel()
 	env := apiSetup(t)
@@ -91,27 +93,38 @@ func TestLookalikesOfThePluginsNamespacesAreRefused(t *testing.T) {
 		return map[string]any{"tipo": "teste:livre", "origem": origem, "agregado": agregado, "payload": map[string]any{"n": 1}}
 	}
 	for name, body := range map[string]map[string]any{
-		"upper case":                      event("rh", "Solicitacao:1"),
-		"all capitals with the accents":   event("rh", "SOLICITAÇÃO:1"),
-		"the Portuguese spelling":         event("rh", "solicitação:1"),
-		"an accent on ocorrência":         event("rh", "ocorrência:1"),
-		"fullwidth letters":               event("rh", "ｏｃｏｒｒｅｎｃｉａ:1"),
-		"a fullwidth colon":               event("rh", "ocorrencia：1"),
-		"a modifier-letter colon":         event("rh", "ocorrencia꞉1"),
-		"a zero-width space inside":       event("rh", "solici\u200btacao:1"),
-		"a soft hyphen inside":            event("rh", "ocor\u00adrencia:1"),
-		"a no-break space before colon":   event("rh", "ocorrencia\u00a0:1"),
-		"a Cyrillic o":                    event("rh", "\u043ecorrencia:1"),
-		"a Greek iota":                    event("rh", "ocorrenc\u03b9a:1"),
-		"capital I for l":                 event("rh", "soIicitacao:1"),
-		"digit one for l":                 event("rh", "so1icitacao:1"),
-		"digit zero for o":                event("rh", "0correncia:1"),
-		"a combining accent":              event("rh", "integrac\u0327a\u0303o:1"),
-		"origem in capitals":              event("INTEGRACAO", "lote:1"),
-		"origem with the accents":         event("Integração", "lote:1"),
-		"origem with a trailing NBSP":     event("ocorrencia\u00a0", "lote:1"),
-		"origem with a zero-width joiner": event("ocorr\u200dencia", "lote:1"),
-		"origem with a Cyrillic a":        event("ocorrenci\u0430", "lote:1"),
+		"upper case":                    event("rh", "Solicitacao:1"),
+		"all capitals with the accents": event("rh", "SOLICITAÇÃO:1"),
+		"the Portuguese spelling":       event("rh", "solicitação:1"),
+		"an accent on ocorrência":       event("rh", "ocorrência:1"),
+		"fullwidth letters":             event("rh", "ｏｃｏｒｒｅｎｃｉａ:1"),
+		"a fullwidth colon":             event("rh", "ocorrencia：1"),
+		"a modifier-letter colon":       event("rh", "ocorrencia꞉1"),
+		"a Cyrillic o":                  event("rh", "\u043ecorrencia:1"),
+		"a Greek iota":                  event("rh", "ocorrenc\u03b9a:1"),
+		"capital I for l":               event("rh", "soIicitacao:1"),
+		"digit one for l":               event("rh", "so1icitacao:1"),
+		"digit zero for o":              event("rh", "0correncia:1"),
+		"a combining accent":            event("rh", "integrac\u0327a\u0303o:1"),
+		"origem in capitals":            event("INTEGRACAO", "lote:1"),
+		"origem with the accents":       event("Integração", "lote:1"),
+		"origem with a Cyrillic a":      event("ocorrenci\u0430", "lote:1"),
+		"a space inside":                event("rh", "ocor rencia:1"),
+		// The outside review's, accepted before: ϲ and ︰ were in the
+		// table but NFKD had changed them before it was read; the small
+		// capitals and the visarga were not in it.
+		"a Greek lunate sigma for c":          event("rh", "o\u03f2orren\u03f2ia:1"),
+		"lunate sigmas in solicitacao":        event("rh", "soli\u03f2ita\u03f2ao:1"),
+		"a vertical two-dot leader for colon": event("rh", "solicitacao\ufe301"),
+		"a Devanagari visarga for colon":      event("rh", "solicitacao\u09031"),
+		"small capitals":                      event("rh", "ᴏᴄᴏʀʀᴇɴᴄɪᴀ:1"),
+		"small capitals in solicitacao":       event("rh", "ꜱᴏʟɪᴄɪᴛᴀᴄᴀᴏ:1"),
+		"a small capital I":                   event("rh", "ɪntegracao:1"),
+		"origem with a Greek lunate sigma":    event("o\u03f2orrencia", "lote:1"),
+		"origem in small capitals":            event("ᴏᴄᴏʀʀᴇɴᴄɪᴀ", "lote:1"),
+		"origem with a small capital I":       event("ɪntegracao", "lote:1"),
+		"Greek capitals, Ν read as N":         event("rh", "ΙΝΤΕGRΑCΑΟ:1"),
+		"an o with a stroke":                  event("rh", "øcorrencia:1"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			res := env.run(t, apiScenario{method: http.MethodPost, route: "/api/events", role: app.PapelProdutor, body: body,
@@ -152,6 +165,14 @@ func TestInvisibleCharactersAreRefusedEverywhere(t *testing.T) {
 		{"tab", "rh", "lote:\t1", "/agregado", "U+0009"},
 		{"zero-width joiner in origem", "r\u200dh", "lote:1", "/origem", "U+200D"},
 		{"no-break space in origem", "escala\u00a0rh", "lote:1", "/origem", "U+00A0"},
+		// In a reserved name too: the character rule names the character,
+		// which says more than "looks like integracao" (403).
+		{"zero-width space in a reserved origem", "integ\u200bracao", "lote:1", "/origem", "U+200B no caractere 6"},
+		{"zero-width joiner in a reserved origem", "ocorr\u200dencia", "lote:1", "/origem", "U+200D"},
+		{"no-break space after a reserved origem", "ocorrencia\u00a0", "lote:1", "/origem", "U+00A0"},
+		{"zero-width space in a reserved aggregate", "rh", "solici\u200btacao:1", "/agregado", "U+200B"},
+		{"soft hyphen in a reserved aggregate", "rh", "ocor\u00adrencia:1", "/agregado", "U+00AD"},
+		{"no-break space before the colon", "rh", "ocorrencia\u00a0:1", "/agregado", "U+00A0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := env.run(t, apiScenario{method: http.MethodPost, route: "/api/events", role: app.PapelProdutor,

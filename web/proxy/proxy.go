@@ -50,6 +50,17 @@ func Parse(s string) (Trusted, error) {
 // proxy). Headers from anyone else are ignored: they are the client's to
 // forge. The console's login limits key on this address and its cookies
 // are Secure when https is true; the audit trail records the address.
+//
+// The walk stops at the first entry that is not a trusted proxy's address.
+// That entry is the trusted proxy's own, its client as it saw it; everything
+// left of it the client sent. So an entry that is no address (a proxy that
+// writes "unknown", or an RFC 7239 obfuscated "_a1b2", for clients it
+// will not name) is taken as written, as the client's name, rather than
+// skipped: skipping it would let the client choose its own address, and
+// so its own login-limit counter, while stopping at the proxy before it
+// would put everyone behind that proxy on one counter. A value that could
+// not be a proxy's name (empty, over 64 bytes, or not printable ASCII)
+// leaves the last trusted address.
 func (t Trusted) Client(r *http.Request) (addr string, https bool) {
 	https = r.TLS != nil
 	peer, err := netip.ParseAddrPort(r.RemoteAddr)
@@ -66,16 +77,53 @@ func (t Trusted) Client(r *http.Request) (addr string, https bool) {
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
-		hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break // garbage: keep the last address we could trust
+		entry := strings.TrimSpace(hops[i])
+		hop, ok := parseHop(entry)
+		if !ok {
+			if clientName(entry) {
+				return entry, https
+			}
+			break
 		}
-		ip = hop.Unmap()
+		ip = hop
 		if !t.contains(ip) {
 			break
 		}
 	}
 	return ip.String(), https
+}
+
+// parseHop reads an X-Forwarded-For entry as an address, bare or in the
+// forms proxies write when they append the client's port: 203.0.113.7,
+// 203.0.113.7:5555, 2001:db8::1, [2001:db8::1]:5555 and [2001:db8::1]. The
+// zone is dropped: it names an interface of the host that wrote it.
+func parseHop(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if inner, ok := strings.CutPrefix(s, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		a, err := netip.ParseAddr(inner)
+		// Brackets are for IPv6, as ParseAddrPort has them.
+		return a.Unmap().WithZone(""), ok && err == nil && a.Is6()
+	}
+	a, err := netip.ParseAddr(s)
+	return a.Unmap().WithZone(""), err == nil
+}
+
+// clientName says whether an entry that is no address can be a proxy's
+// name for a client: short, printable ASCII, as what the audit trail and
+// the login limits store must be.
+func clientName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func (t Trusted) contains(ip netip.Addr) bool {
