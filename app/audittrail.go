@@ -54,7 +54,11 @@ type Actor struct {
 
 // System is the actor of what the server does on its own: the first start's
 // admin, the built-in types, an auto-disable, the demo's integrator.
-var System = Actor{Tipo: ActorSistema, ID: "geohub", Nome: "geohub"}
+var System = Actor{Tipo: ActorSistema, ID: ServerName, Nome: ServerName}
+
+// ServerName is how the server names itself: the actor of what it does on
+// its own, and the origem and autoria of the pings it sends.
+const ServerName = "geohub"
 
 type actorKey struct{}
 

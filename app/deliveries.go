@@ -200,7 +200,7 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 	now := d.Now().UTC()
 	eventID := uuid.Must(uuid.NewV7()).String()
 	body, err := buildEnvelope(Event{EventID: eventID, Tipo: "integracao:verificacao", VersaoSchema: DefaultVersao,
-		Origem: "geohub", Autoria: &Autoria{ID: "geohub", Tipo: "sistema"}, Timestamp: now},
+		Origem: ServerName, Autoria: &Autoria{ID: ServerName, Tipo: ActorSistema}, Timestamp: now},
 		[]byte(fmt.Sprintf(`{"integrador":%q}`, in.ID)))
 	if err != nil {
 		return Attempt{}, err

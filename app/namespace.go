@@ -15,8 +15,11 @@ import (
 // an ocorrência or in a requester's outcome aggregate. evento: is the
 // outbox's own: an event without an aggregate is sequenced alone as
 // evento:<its id>, a sequence of one that nobody else may join.
+// geohub is the server's own name: the origem and the autoria (sistema) of
+// what it sends by itself (a verificar's signed ping), so that a receiver
+// can trust an event that says it came from geohub.
 var (
-	reservedOrigens    = []string{PluginIntegracao, "ocorrencia"}
+	reservedOrigens    = []string{PluginIntegracao, "ocorrencia", ServerName}
 	reservedAggregates = []string{"solicitacao:", "ocorrencia:", "integracao:", "evento:"}
 )
 
@@ -36,6 +39,10 @@ func CheckExternalPublish(req PublishRequest) error {
 			Details: []Detail{{Caminho: "/autoria/tipo", Mensagem: "use usuario ou sistema"}}}
 	}
 	var bad []Detail
+	if a := req.Autoria; a != nil && a.Tipo == ActorSistema && checkIdentifier("/autoria/id", a.ID) == nil &&
+		skeleton(head(a.ID)) == reservedSkeletons[ServerName] {
+		bad = append(bad, Detail{"/autoria/id", "o sistema geohub é o próprio servidor: use o nome do seu sistema"})
+	}
 	for _, f := range pluginFamilies {
 		if strings.HasPrefix(req.Tipo, f) {
 			bad = append(bad, Detail{"/tipo", fmt.Sprintf("tipos %s* são publicados só pelo plugin embutido (use a API de comandos)", f)})
@@ -45,6 +52,8 @@ func CheckExternalPublish(req PublishRequest) error {
 		o := skeleton(head(req.Origem))
 		for _, r := range reservedOrigens {
 			switch {
+			case req.Origem == r && r == ServerName:
+				bad = append(bad, Detail{"/origem", "a origem geohub é reservada ao próprio servidor"})
 			case req.Origem == r:
 				bad = append(bad, Detail{"/origem", fmt.Sprintf("a origem %s é reservada ao plugin embutido", r)})
 			case o == reservedSkeletons[r]:
@@ -163,7 +172,8 @@ func isASCII(s string) bool {
 	return true
 }
 
-// confusables are, for each letter of the reserved names (and u and d) and
+// confusables are, for each letter of the reserved names (geohub gives b
+// and h; u and d are there too) and
 // for the colon that ends an aggregate's namespace, the characters drawn
 // like it: every character that UTS #39's confusables.txt maps to it, to
 // its capital or, for i and l, to 1, I or |, also when the mapping adds
@@ -178,10 +188,12 @@ func isASCII(s string) bool {
 var confusables = map[rune]string{
 	':': "ː˸։\u05C3\u0703\u0704\u0903\u0A83᛬᠃᠉⁚∶ꓽ꞉︰",
 	'a': "ɑαаᗅᴀ⍶⍺ꓮꭺ\U000102A0\U00016F40",
+	'b': "ƀƄƅʙΒВЬᏏᏴᑲᖯᗷⲂꓐ",
 	'c': "¢ȼϲϹсҫᴄ₡ⲥꓚꮯ\U000102A2\U00010302\U0001043D\U0001051C\U000118E9\U000118F2\U0001F74C",
 	'd': "ÐđƌɖɗԁᏧᑯᗞᗪᴅ₫ꓒꓓꭰ",
 	'e': "ɇΕеҽҿᴇ℮⋿ⴹꓰꬲꭼ\U00010286\U000118A6\U000118AE",
 	'g': "ƍǥɠɡɢԍցᏻᶃꓖꮐ",
+	'h': "ĦħʜΗНһհᎻᏂᕼⲎꓧ",
 	'l': "i1|ıłƚǀɨɩɪɫɭʟ˛ͺιіӏ\u05C0\u05D5\u05DF\u0627١\u0673۱\u07CAᒪᛁᵻᵼ∣⍳⍸⏽Ⲓⳑⵏꓡꓲꙇꭵꮮ￨\U0001028A\U00010309\U00010320\U00010443\U00010526\U000118B2\U000118C3\U00016F16\U00016F28\U0001D22A\U0001E8C7",
 	'n': "ƝƞɳɴΝηոռᵰⲚꓠ\U0001018E\U00010513",
 	'o': "0øɵθοσоѳөօ\u05E1\u0647٥\u06BE\u06C1\u06D5۵\u06FF\u07C0०০੦૦ଠ୦௦\u0C02౦\u0C82೦\u0D02ഠ൦\u0D82๐໐ဝ၀ჿዐᴏᴑ⊖⊝⍬ⲟⴱⵁⵔ〇ꓳꝋꬽꬾꭴꮎꮻ\U00010292\U000102AB\U0001042C\U000104EA\U00010516\U000114D0\U000118B5\U000118C8\U000118D7\U000118E0\U0001D21A\U0001F714",

@@ -44,6 +44,9 @@ func TestOutsidePublishesStayOutOfThePluginsNamespaces(t *testing.T) {
 			{name: "any solicitacao: aggregate", body: event("rh", "solicitacao:"+uuid.NewString()), caminhos: []string{"/agregado"}},
 			{name: "an integracao: aggregate", body: event("rh", "integracao:x"), caminhos: []string{"/agregado"}},
 			{name: "an event's own aggregate", body: event("rh", "evento:"+oc.ID), caminhos: []string{"/agregado"}},
+			{name: "the server's own origem", body: event("geohub", "lote:1"), caminhos: []string{"/origem"}},
+			{name: "the server's own autoria, and a lookalike of it", body: map[string]any{"tipo": "teste:livre", "origem": "rh",
+				"autoria": map[string]any{"tipo": "sistema", "id": "GeoHub"}, "payload": map[string]any{"n": 1}}, caminhos: []string{"/autoria/id"}},
 		} {
 			t.Run(string(role)+": "+sc.name, func(t *testing.T) {
 				sc.method, sc.route, sc.role, sc.status, sc.codigo = http.MethodPost, "/api/events", role, http.StatusForbidden, app.EForbidden
@@ -66,7 +69,8 @@ func TestOutsidePublishesStayOutOfThePluginsNamespaces(t *testing.T) {
 	t.Run("a producer's own namespaces stay open", func(t *testing.T) {
 		for _, body := range []map[string]any{event("rh", "lote:1"), event("ocorrencias-legadas", "jornada:ocorrencia:1"),
 			event("solicitacoes", "solicitacoes:1"), event("São Paulo", "unidade:São Paulo"),
-			event("evento", "eventos:1"), event("integração-sp", "ocorrência-antiga:1")} {
+			event("evento", "eventos:1"), event("integração-sp", "ocorrência-antiga:1"), event("geohub-legado", "lote:2"),
+			{"tipo": "teste:livre", "origem": "rh", "autoria": map[string]any{"tipo": "usuario", "id": "geohub"}, "payload": map[string]any{"n": 2}}} {
 			e.do(t, http.MethodPost, "/api/events", app.PapelProdutor, body).want(t, http.StatusCreated)
 		}
 	})
