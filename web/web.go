@@ -50,6 +50,8 @@ type Server struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For the
 	// audit trail believes (--trusted-proxies, as the console).
 	TrustedProxies proxy.Trusted
+
+	heavyLimit *heavyLimit
 }
 
 // New is the API on the service graph; console serves what the API does
@@ -57,7 +59,7 @@ type Server struct {
 func New(svc *app.Services, oc *ocorrencia.Service, console http.Handler, gatherer prometheus.Gatherer) *Server {
 	return &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
 		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: oc, Audit: svc.AuditTrail,
-		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready}
+		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready, heavyLimit: newHeavyLimit(HeavyTotal)}
 }
 
 // readRoles may read everything operators see.
@@ -73,10 +75,10 @@ func (s *Server) Handler() http.Handler {
 	anyRole := []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor}
 
 	mux.Handle("POST /api/events", s.authed(produce, s.publish))
-	mux.Handle("GET /api/events", s.authed(read, s.listEvents))
-	mux.Handle("GET /api/events/{eventId}", s.authed(read, s.getEvent))
-	mux.Handle("GET /api/events/trace/{correlacaoId}", s.authed(read, s.trace))
-	mux.Handle("GET /api/events/replay", s.authed(read, s.replay))
+	mux.Handle("GET /api/events", s.authed(read, s.heavy(s.listEvents)))
+	mux.Handle("GET /api/events/{eventId}", s.authed(read, s.heavy(s.getEvent)))
+	mux.Handle("GET /api/events/trace/{correlacaoId}", s.authed(read, s.heavy(s.trace)))
+	mux.Handle("GET /api/events/replay", s.authed(read, s.heavy(s.replay)))
 	mux.Handle("GET /api/events/dlq", s.authed(read, s.dlq))
 	mux.Handle("POST /api/events/dlq/reprocessar", s.authed(operate, s.reprocessDLQ))
 
@@ -107,8 +109,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/ocorrencias", s.listOcorrencias)
 	mux.HandleFunc("GET /api/ocorrencias/{id}", s.getOcorrencia)
 
-	mux.Handle("GET /api/auditoria", s.authed(admin, s.listAudit))
-	mux.Handle("GET /api/auditoria/exportar", s.authed(admin, s.exportAudit))
+	mux.Handle("GET /api/auditoria", s.authed(admin, s.heavy(s.listAudit)))
+	mux.Handle("GET /api/auditoria/exportar", s.authed(admin, s.heavy(s.exportAudit)))
 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

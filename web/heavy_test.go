@@ -1,0 +1,114 @@
+package web_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"geohub/app"
+	"geohub/store/storetest"
+	"geohub/web"
+)
+
+// Responses that carry stored records hold memory while they are written,
+// and a reader that stops holds it: at most HeavyPerCredential of them run
+// at once per token, so one token's stalled readers neither take the
+// server's memory nor the other tokens' reads, and a slot comes back when
+// its reader goes away.
+func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) {
+	ctx := t.Context()
+	k := storetest.New(t, storetest.Options{BuiltinTypes: true, Deps: app.Deps{NoDispatch: true}})
+	hs := httptest.NewServer(web.New(k.Services, k.Ocorrencias, nil, prometheus.NewRegistry()).Handler())
+	t.Cleanup(hs.Close)
+	token := func(p app.Papel) string {
+		secret, _, err := k.Auth.CreateToken(ctx, p, "teste-"+string(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	admin, leitor := token(app.PapelAdmin), token(app.PapelLeitor)
+	get := func(bearer, path string) (int, []byte) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, b
+	}
+	// 24 events of 900 KB: a replay far larger than what the sockets buffer.
+	var last string
+	for range 24 {
+		last = uuid.NewString()
+		body, _ := json.Marshal(map[string]any{"event_id": last, "tipo": "jornada:iniciada", "origem": "rh",
+			"payload": map[string]any{"jornadaId": last, "inicio": "2026-12-02T12:00:00Z",
+				"servidor": map[string]any{"nome": "Ana", "cpf": "52998224725"}, "unidade": strings.Repeat("u", 900_000)}})
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/api/events", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != http.StatusCreated {
+			t.Fatalf("publish: %v %v", err, res)
+		}
+		res.Body.Close()
+	}
+
+	// The leitor's script opens replays and reads nothing.
+	var stalled []net.Conn
+	for range web.HeavyPerCredential {
+		c, err := net.Dial("tcp", hs.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.(*net.TCPConn).SetReadBuffer(4096)
+		fmt.Fprintf(c, "GET /api/events/replay?de_sequence=0 HTTP/1.1\r\nHost: geohub\r\nAuthorization: Bearer %s\r\n\r\n", leitor)
+		stalled = append(stalled, c)
+	}
+	// Its next read is refused at once, with when to come back...
+	probe := "/api/events/" + last
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, b := get(leitor, probe)
+		if status == http.StatusTooManyRequests {
+			if !strings.Contains(string(b), `"limite_de_taxa"`) {
+				t.Fatalf("429 without its code: %s", b)
+			}
+			break
+		}
+		if status != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("with %d stalled replays of one token its next read got %d, want 429 (%.200s)", web.HeavyPerCredential, status, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// ...while another token reads as ever.
+	if status, b := get(admin, probe); status != http.StatusOK {
+		t.Fatalf("another token's read got %d: %.200s", status, b)
+	}
+	// A stalled reader that goes away gives its slot back.
+	for _, c := range stalled {
+		c.Close()
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		status, _ := get(leitor, probe)
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after its readers closed, the token's read still gets %d", status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
