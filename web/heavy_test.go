@@ -18,6 +18,7 @@ import (
 	"geohub/app"
 	"geohub/store/storetest"
 	"geohub/web"
+	"geohub/web/heavy"
 )
 
 // Responses that carry stored records hold memory while they are written,
@@ -67,7 +68,7 @@ func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) 
 
 	// The leitor's script opens replays and reads nothing.
 	var stalled []net.Conn
-	for range web.HeavyPerCredential {
+	for range heavy.PerCredential {
 		c, err := net.Dial("tcp", hs.Listener.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +89,7 @@ func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) 
 			break
 		}
 		if status != http.StatusOK || time.Now().After(deadline) {
-			t.Fatalf("with %d stalled replays of one token its next read got %d, want 429 (%.200s)", web.HeavyPerCredential, status, b)
+			t.Fatalf("with %d stalled replays of one token its next read got %d, want 429 (%.200s)", heavy.PerCredential, status, b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

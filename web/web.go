@@ -20,6 +20,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/web/heavy"
 	"geohub/web/proxy"
 )
 
@@ -50,8 +51,9 @@ type Server struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For the
 	// audit trail believes (--trusted-proxies, as the console).
 	TrustedProxies proxy.Trusted
-
-	heavyLimit *heavyLimit
+	// Heavy bounds the responses that carry stored records; serve gives
+	// the console the same one.
+	Heavy *heavy.Limit
 }
 
 // New is the API on the service graph; console serves what the API does
@@ -59,7 +61,7 @@ type Server struct {
 func New(svc *app.Services, oc *ocorrencia.Service, console http.Handler, gatherer prometheus.Gatherer) *Server {
 	return &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
 		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: oc, Audit: svc.AuditTrail,
-		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready, heavyLimit: newHeavyLimit(HeavyTotal)}
+		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready, Heavy: heavy.New(heavy.Total)}
 }
 
 // readRoles may read everything operators see.

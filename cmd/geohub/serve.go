@@ -274,7 +274,7 @@ func (m *Main) Run(ctx context.Context) error {
 	cons := console.New(svc, ocorrencias)
 	cons.Insecure, cons.TrustedProxies = cfg.InsecureCallbacks, proxies
 	srv := web.New(svc, ocorrencias, cons.Handler(), reg)
-	srv.TrustedProxies = proxies
+	srv.TrustedProxies, srv.Heavy = proxies, cons.Heavy // one bound for both edges
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err

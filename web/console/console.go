@@ -24,6 +24,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/web/heavy"
 	"geohub/web/proxy"
 )
 
@@ -66,8 +67,10 @@ type Console struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For and
 	// X-Forwarded-Proto the console believes.
 	TrustedProxies proxy.Trusted
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// Heavy bounds the pages that carry stored records, with the API's.
+	Heavy  *heavy.Limit
+	Logger *slog.Logger
+	Now    func() time.Time
 
 	tails tails
 }
@@ -78,8 +81,11 @@ func New(svc *app.Services, oc *ocorrencia.Service) *Console {
 	return &Console{Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries,
 		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
 		Stats: svc.Stats, Audit: svc.AuditTrail, EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged,
-		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now}
+		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Heavy: heavy.New(heavy.Total)}
 }
+
+// heavy runs h inside one of the operator's slots (package heavy).
+func (c *Console) heavy(h http.HandlerFunc) http.HandlerFunc { return c.Heavy.Wrap(h, c.fail) }
 
 // session is the signed-in operator of a request.
 type session struct {
@@ -124,9 +130,9 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /conta/senha", c.authed(readers, c.changePassword))
 	mux.Handle("GET /{$}", c.authed(readers, c.overview))
 	mux.Handle("GET /visao-geral", c.authed(readers, c.overviewCharts))
-	mux.Handle("GET /eventos", c.authed(readers, c.events))
-	mux.Handle("GET /eventos/{eventId}", c.authed(readers, c.event))
-	mux.Handle("GET /eventos/{eventId}/bruto", c.authed(readers, c.eventRaw))
+	mux.Handle("GET /eventos", c.authed(readers, c.heavy(c.events)))
+	mux.Handle("GET /eventos/{eventId}", c.authed(readers, c.heavy(c.event)))
+	mux.Handle("GET /eventos/{eventId}/bruto", c.authed(readers, c.heavy(c.eventRaw)))
 	mux.Handle("GET /entregas", c.authed(readers, c.deliveries))
 	mux.Handle("GET /entregas/{id}", c.authed(readers, c.delivery))
 	mux.Handle("POST /entregas/{id}/reenviar", c.authed(operators, c.resend))
@@ -158,15 +164,15 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /integradores/{id}/api_key/rotacionar", c.authed(admins, c.rotateAPIKey))
 	mux.Handle("POST /integradores/{id}/verificar", c.authed(admins, c.verifyIntegrator))
 	mux.Handle("GET /registro", c.authed(readers, c.registry))
-	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.registryType))
-	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(readers, c.schemaRaw))
+	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.heavy(c.registryType)))
+	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(readers, c.heavy(c.schemaRaw)))
 	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(admins, c.setTypeStatus))
 	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
 	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
 	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
 	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
 	mux.Handle("POST /operadores/{id}/papel", c.authed(admins, c.setOperatorRole))
-	mux.Handle("GET /auditoria", c.authed(admins, c.auditPage))
+	mux.Handle("GET /auditoria", c.authed(admins, c.heavy(c.auditPage)))
 	return securityHeaders(c.sameOrigin(c.unrouted(mux)))
 }
 
