@@ -1,3 +1,5 @@
+//go:build linux
+
 package web_test
 
 import (
@@ -9,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,9 +53,9 @@ func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) 
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, b
 	}
-	// 24 events of 900 KB: a replay far larger than what the sockets buffer.
+	// 40 events of 900 KB: a replay far larger than what the sockets buffer.
 	var last string
-	for range 24 {
+	for range 40 {
 		last = uuid.NewString()
 		body, _ := json.Marshal(map[string]any{"event_id": last, "tipo": "jornada:iniciada", "origem": "rh",
 			"payload": map[string]any{"jornadaId": last, "inicio": "2026-12-02T12:00:00Z",
@@ -69,13 +72,18 @@ func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) 
 	// The leitor's script opens replays and reads nothing.
 	var stalled []net.Conn
 	for range heavy.PerCredential {
-		c, err := net.Dial("tcp", hs.Listener.Addr().String())
+		// A small receive buffer from the SYN on: the window it announces
+		// stays small, so the server's writes block early.
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		}}
+		c, err := d.DialContext(ctx, "tcp", hs.Listener.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.(*net.TCPConn).SetReadBuffer(4096)
 		fmt.Fprintf(c, "GET /api/events/replay?de_sequence=0 HTTP/1.1\r\nHost: geohub\r\nAuthorization: Bearer %s\r\n\r\n", leitor)
 		stalled = append(stalled, c)
+		t.Cleanup(func() { c.Close() })
 	}
 	// Its next read is refused at once, with when to come back...
 	probe := "/api/events/" + last
