@@ -399,6 +399,9 @@ func fuzzCheckError(t *testing.T, err error) {
 	if e.Code == app.EInvalid && len(e.Details) == 0 {
 		t.Fatalf("validation error without a finding: %+v", e)
 	}
+	if len(e.Details) > app.MaxDetalhes {
+		t.Fatalf("%d findings, more than the %d an answer holds", len(e.Details), app.MaxDetalhes)
+	}
 	for _, d := range e.Details {
 		if !strings.HasPrefix(d.Caminho, "/") {
 			t.Fatalf("finding not located by a JSON pointer: %+v in %+v", d, e)

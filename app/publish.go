@@ -259,7 +259,9 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	}
 	obj := doc.(map[string]any) // raw starts with '{' and parsed
 	if tv != nil {
-		findings.add(fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema), tv.validatePayload(doc)...)
+		// The schema's findings fill what the steps above left of MaxDetalhes.
+		findings.add(fmt.Sprintf("payload inválido para %s@%s", ev.Tipo, ev.VersaoSchema),
+			tv.checkPayload(doc, MaxDetalhes-len(findings.details))...)
 	}
 	if err := findings.err(); err != nil {
 		return Pending{}, err

@@ -131,8 +131,8 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (_ TypeVersion,
 	if err != nil {
 		return TypeVersion{}, false, err
 	}
-	if err := checkDraft(tv.Schema); err != nil {
-		// A version stored before the check still answers an identical
+	if err := checkNewSchema(tv.Schema, c.schema); err != nil {
+		// A version stored before the checks still answers an identical
 		// re-registration with 200, as SPEC 5 has it.
 		r.mu.RLock()
 		old, ok := r.versions[tv.Tipo+"@"+tv.Versao]
@@ -328,6 +328,17 @@ func compile(tv TypeVersion) (*compiled, error) {
 	return c, nil
 }
 
+// checkNewSchema runs the checks that came after versions were first
+// stored: at registration only, so a version stored before them still loads
+// (NewRegistry compiles without them) and still answers an identical
+// re-registration.
+func checkNewSchema(raw json.RawMessage, s *jsonschema.Schema) error {
+	if err := checkDraft(raw); err != nil {
+		return err
+	}
+	return checkExpansion(s)
+}
+
 // draft2020 is the one JSON Schema dialect the registry speaks (SPEC 5),
 // named with or without TLS and the empty fragment.
 var draft2020 = regexp.MustCompile(`^https?://json-schema\.org/draft/2020-12/schema#?$`)
@@ -374,6 +385,10 @@ func checkDraft(raw json.RawMessage) error {
 	return &Error{Code: EInvalid, Message: "registro de tipo inválido", Details: found}
 }
 
+// schemaURL is where a registered schema sits while it compiles; subschema
+// locations start with it.
+const schemaURL = "geohub:///schema.json"
+
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
@@ -392,44 +407,40 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	// Schemas are self-contained: refusing remote $ref keeps registration from
 	// reaching the network and keeps validation deterministic.
 	c.UseLoader(jsonschema.SchemeURLLoader{})
-	const url = "geohub:///schema.json"
-	if err := c.AddResource(url, doc); err != nil {
+	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, err
 	}
-	s, err := c.Compile(url)
+	s, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, errors.New(strings.ReplaceAll(err.Error(), url, ""))
+		return nil, errors.New(strings.ReplaceAll(err.Error(), schemaURL, ""))
 	}
 	return s, nil
 }
 
-// validatePayload returns one Detail per failing leaf, located by the JSON
-// pointer of the offending value inside the request (under /payload).
+// validatePayload returns the schema's findings on a payload, at most
+// MaxDetalhes of them (see checkPayload).
 func (c *compiled) validatePayload(doc any) []Detail {
+	return c.checkPayload(doc, MaxDetalhes)
+}
+
+// checkPayload returns one Detail per failing leaf, located by the JSON
+// pointer of the offending value inside the request (under /payload), at
+// most room of them (see leafDetails). A payload that would cost the
+// validator more than MaxValidationSteps is refused before it runs.
+func (c *compiled) checkPayload(doc any, room int) []Detail {
+	if steps, at := validationCost(c.schema, doc, MaxValidationSteps); steps > MaxValidationSteps {
+		return []Detail{{clip("/payload"+at, maxDetalheCaminho), fmt.Sprintf("validar este payload contra o schema custaria mais de %d passos, "+
+			"o limite de uma publicação (cada subschema aplicado a um valor é um passo): envie menos valores", MaxValidationSteps)}}
+	}
 	err := c.schema.Validate(doc)
 	if err == nil {
 		return nil
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return []Detail{{"/payload", err.Error()}}
+		return []Detail{{"/payload", clip(err.Error(), maxDetalheMensagem)}}
 	}
-	// Leaves are the precise findings; inner nodes only say "validation failed".
-	var out []Detail
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) == 0 {
-			out = append(out, Detail{"/payload" + pointer(e.InstanceLocation), e.ErrorKind.LocalizedString(schemaPrinter)})
-		}
-		for _, c := range e.Causes {
-			walk(c)
-		}
-	}
-	walk(ve)
-	if len(out) == 0 {
-		out = append(out, Detail{"/payload", ve.Error()})
-	}
-	return out
+	return leafDetails(ve, room)
 }
 
 var schemaPrinter = message.NewPrinter(language.English)
