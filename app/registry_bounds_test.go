@@ -32,29 +32,6 @@ func boundsType(tipo string, schema json.RawMessage) app.TypeVersion {
 		Schema: schema, Redacao: redact.Rules{Manter: []string{""}}}
 }
 
-// Every built-in type registers on a fresh data directory: far below the
-// expansion bound.
-func TestBuiltinTypesFitTheSchemaBounds(t *testing.T) {
-	ctx := context.Background()
-	db := storetest.Open(t, time.Now)
-	reg, err := app.NewRegistry(ctx, db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	types, err := app.BuiltinTypes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tv := range types {
-		if _, created, err := reg.Register(ctx, tv); err != nil || !created {
-			t.Errorf("%s@%s: created=%v, %v", tv.Tipo, tv.Versao, created, err)
-		}
-	}
-}
-
-// A schema stored before the bound keeps loading and answering its
-// identical re-registration; new registrations of it are refused; and its
-// publishes are still bounded, by the findings cap and by the step budget.
 func TestSchemaStoredPastTheBoundStillLoadsAndItsPublishesAreBounded(t *testing.T) {
 	ctx := context.Background()
 	db := storetest.Open(t, time.Now)
