@@ -25,6 +25,21 @@ const (
 	PapelProdutor Papel = "produtor" // publish events, nothing else
 )
 
+// The role groups every route of both edges admits: least privilege is
+// decided here once, not per edge.
+var (
+	// Readers may read everything operators see.
+	Readers = []Papel{PapelAdmin, PapelOperador, PapelLeitor}
+	// Operators also act on deliveries, dead letters and ocorrências.
+	Operators = []Papel{PapelAdmin, PapelOperador}
+	// Admins also manage integrators, the registry, tokens and operators.
+	Admins = []Papel{PapelAdmin}
+	// Producers publish events.
+	Producers = []Papel{PapelAdmin, PapelProdutor}
+	// AnyRole is every token role: the registry is readable by all of them.
+	AnyRole = []Papel{PapelAdmin, PapelOperador, PapelLeitor, PapelProdutor}
+)
+
 // ValidPapel reports whether p is a token role.
 func ValidPapel(p Papel) bool {
 	switch p {

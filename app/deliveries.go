@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -60,7 +61,7 @@ type DeliveryDetail struct {
 // Get returns a delivery and its attempts.
 func (s *Deliveries) Get(ctx context.Context, id int64) (DeliveryDetail, error) {
 	d, attempts, err := s.Store.Delivery(ctx, id)
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return DeliveryDetail{}, Errorf(ENotFound, "entrega não encontrada")
 	} else if err != nil {
 		return DeliveryDetail{}, err
@@ -85,7 +86,7 @@ func (s *Deliveries) Resend(ctx context.Context, id int64) (err error) {
 		Changed("status", EntregaFalhou, EntregaPendente))
 	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	err = s.Store.Resend(ctx, id, s.Now(), audit)
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return Errorf(ENotFound, "entrega não encontrada")
 	}
 	if err == nil {
@@ -176,7 +177,7 @@ func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (_ Delivery
 		return DeliveryDetail{}, err
 	}
 	if _, err := s.Store.DueNow(ctx, del.Integrador, id, s.Now(), audit); err != nil {
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			err = Errorf(ENotFound, "entrega não encontrada")
 		}
 		return DeliveryDetail{}, err

@@ -4,6 +4,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -89,14 +90,22 @@ func Errorf(code Code, format string, args ...any) *Error {
 // it into a coded Error with a message naming what was missing.
 var ErrNotFound = errors.New("not found")
 
-// ErrorCode returns the code of err, EInternal for anything uncoded.
-func ErrorCode(err error) Code {
+// Public is err as a client sees it, the same on the API and in the
+// console: an *Error keeps its code and words; a missing row is 404; a
+// request that was cancelled or ran out of time is 503; anything else is
+// 500 with a generic message, the cause kept in Err for the log only.
+func Public(err error) *Error {
 	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, ErrNotFound):
+		return &Error{Code: ENotFound, Message: "não encontrado", Err: err}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: EUnavailable, Message: "requisição cancelada ou expirada", Err: err}
 	}
-	if errors.Is(err, ErrNotFound) {
-		return ENotFound
-	}
-	return EInternal
+	return &Error{Code: EInternal, Message: "erro interno", Err: err}
 }
+
+// ErrorCode returns the code err answers with (see Public).
+func ErrorCode(err error) Code { return Public(err).Code }

@@ -314,7 +314,7 @@ func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
 		return Integrator{}, err
 	}
 	in, err := s.Store.Integrator(ctx, id)
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"strconv"
 )
@@ -183,7 +184,7 @@ func (a *Queries) Event(ctx context.Context, eventID string) (Event, error) {
 		return Event{}, Errorf(ENotFound, "evento não encontrado")
 	}
 	ev, err := a.Log.Event(ctx, id)
-	if err == ErrNotFound {
+	if errors.Is(err, ErrNotFound) {
 		return Event{}, Errorf(ENotFound, "evento não encontrado")
 	}
 	return ev, err

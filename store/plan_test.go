@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -204,7 +205,7 @@ func TestQueryPlans(t *testing.T) {
 			var stmts []planStmt
 			if c.run != nil {
 				rec.reset()
-				if err := c.run(); err != nil && err != app.ErrNotFound {
+				if err := c.run(); err != nil && !errors.Is(err, app.ErrNotFound) {
 					t.Fatal(err)
 				}
 				stmts = rec.take()

@@ -100,8 +100,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	})
 	db, auth, integrators, registry, ocorrencias := k.DB, k.Auth, k.Integrators, k.Registry, k.Ocorrencias
 
-	srv := web.New(k.Services, ocorrencias, nil, k.Gatherer)
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(web.NewHandler(k.Services, web.Options{Ocorrencias: ocorrencias, Gatherer: k.Gatherer}))
 	t.Cleanup(hs.Close)
 
 	*env = apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),

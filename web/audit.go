@@ -46,12 +46,12 @@ func auditFilter(r *http.Request) (string, app.AuditFilter, error) {
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 	quem, f, err := auditFilter(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	page, err := s.Audit.List(r.Context(), quem, f)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -63,11 +63,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 	quem, f, err := auditFilter(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	if f.Antes > 0 || f.Limite > 0 {
-		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "a exportação traz todas as linhas do filtro",
+		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "a exportação traz todas as linhas do filtro",
 			Details: []app.Detail{{Caminho: "/antes", Mensagem: "não use antes nem limite na exportação"}}})
 		return
 	}
@@ -79,7 +79,7 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) {
 		page, err := s.Audit.List(r.Context(), quem, f)
 		if err != nil {
 			if n == 0 {
-				s.fail(w, r, err)
+				s.Fail(w, r, err)
 				return
 			}
 			// Headers are gone: the stream ends early; the last line's id

@@ -18,13 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"geohub/app"
 	"geohub/app/ocorrencia"
 	"geohub/store/storetest"
 	"geohub/web"
-	"geohub/web/console"
 	"geohub/web/proxy"
 )
 
@@ -54,11 +51,8 @@ func audSetup(t *testing.T) *audEnv {
 		BuiltinTypes: true, AdminPassword: audAdminPassword,
 	})
 	db, auth, sessions := k.DB, k.Auth, k.Sessions
-	cons := console.New(k.Services, k.Ocorrencias)
-	cons.TrustedProxies = proxy.Trusted{netip.MustParsePrefix("127.0.0.1/32")}
-	srv := web.New(k.Services, k.Ocorrencias, cons.Handler(), prometheus.NewRegistry())
-	srv.TrustedProxies = cons.TrustedProxies // as serve wires --trusted-proxies
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(web.NewHandler(k.Services, web.Options{Ocorrencias: k.Ocorrencias,
+		TrustedProxies: proxy.Trusted{netip.MustParsePrefix("127.0.0.1/32")}}))
 	t.Cleanup(hs.Close)
 	env := &audEnv{URL: hs.URL, DB: db, Tokens: map[app.Papel]string{}, TokenIDs: map[app.Papel]string{}, Sessions: sessions}
 	env.Status.Store(http.StatusNoContent)
@@ -687,7 +681,7 @@ func TestRefusalsCannotGrowTheTrailWithoutBound(t *testing.T) {
 	ctx := t.Context()
 	clock := storetest.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
 	k := storetest.New(t, storetest.Options{Deps: app.Deps{Now: clock.Now, NoDispatch: true}})
-	hs := httptest.NewServer(web.New(k.Services, k.Ocorrencias, nil, prometheus.NewRegistry()).Handler())
+	hs := httptest.NewServer(web.NewHandler(k.Services, web.Options{Ocorrencias: k.Ocorrencias}))
 	t.Cleanup(hs.Close)
 	secret, tok, err := k.Auth.CreateToken(ctx, app.PapelLeitor, "script")
 	if err != nil {

@@ -11,7 +11,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if err := knownParams(q, "integrador", "status", "tipo", "agregado", "event_id", "id_inicio", "id_fim", "ordem",
 		"limite", "deslocamento"); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	f := app.DeliveryFilter{Integrador: q.Get("integrador"), Status: q.Get("status"), Tipo: q.Get("tipo"),
@@ -23,12 +23,12 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	f.IDFim = nonNegative(q, "id_fim", &bad)
 	f.Desc = descending(q, &bad)
 	if len(bad) > 0 {
-		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
+		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
 		return
 	}
 	page, err := s.Deliveries.List(r.Context(), f)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -45,12 +45,12 @@ func deliveryID(r *http.Request) (int64, error) {
 func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 	id, err := deliveryID(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	d, err := s.Deliveries.Get(r.Context(), id)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
@@ -59,11 +59,11 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 func (s *Server) resendDelivery(w http.ResponseWriter, r *http.Request) {
 	id, err := deliveryID(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	if err := s.Deliveries.Resend(r.Context(), id); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"reenviadas": 1})
@@ -75,12 +75,12 @@ func (s *Server) resendDeliveries(w http.ResponseWriter, r *http.Request) {
 		Status     string `json:"status"`
 	}
 	if err := decodeJSON(r, &body); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	res, err := s.Deliveries.ResendAll(r.Context(), body.Integrador, body.Status)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res) // reenviadas, and expurgadas: those left, their body purged
@@ -89,7 +89,7 @@ func (s *Server) resendDeliveries(w http.ResponseWriter, r *http.Request) {
 func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 	a, err := s.Deliveries.Verify(r.Context(), s.Integrators, r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
@@ -101,7 +101,7 @@ func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 func (s *Server) retryIntegrator(w http.ResponseWriter, r *http.Request) {
 	res, err := s.Deliveries.RetryNow(r.Context(), s.Integrators, r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -111,12 +111,12 @@ func (s *Server) retryIntegrator(w http.ResponseWriter, r *http.Request) {
 func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request) {
 	id, err := deliveryID(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	d, err := s.Deliveries.RetryDeliveryNow(r.Context(), id)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, d)

@@ -44,8 +44,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 	})
 	db, auth, integrators, dispatcher := k.DB, k.Auth, k.Integrators, k.Dispatcher
 
-	srv := web.New(k.Services, k.Ocorrencias, nil, k.Gatherer)
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(web.NewHandler(k.Services, web.Options{Ocorrencias: k.Ocorrencias, Gatherer: k.Gatherer}))
 	t.Cleanup(hs.Close)
 
 	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),

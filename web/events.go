@@ -15,7 +15,7 @@ import (
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	var req app.PublishRequest
 	if err := decodeJSON(r, &req); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	if t, ok := tokenOf(r); ok && req.Autoria == nil {
@@ -30,7 +30,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	ev, created, err := s.Publisher.PublishExternal(r.Context(), req)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -44,12 +44,12 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	f, err := parseFilter(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	page, err := s.Queries.EventPage(r.Context(), f)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	s.writeEventPage(w, r, page)
@@ -120,7 +120,7 @@ func nonNegative(q url.Values, name string, bad *[]app.Detail) int64 {
 func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 	ev, err := s.Queries.Event(r.Context(), r.PathValue("eventId"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeEvent(w, http.StatusOK, ev)
@@ -129,7 +129,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 	page, err := s.Queries.TracePage(r.Context(), r.PathValue("correlacaoId"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	s.writeEventPage(w, r, page)
@@ -140,13 +140,13 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if err := knownParams(q, "de_sequence", "tipos"); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	var bad []app.Detail
 	after := nonNegative(q, "de_sequence", &bad)
 	if len(bad) > 0 {
-		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "de_sequence inválido", Details: bad})
+		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "de_sequence inválido", Details: bad})
 		return
 	}
 	var tipos []string
@@ -156,7 +156,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(tipos) > maxReplayTypes {
-		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "tipos demais",
+		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "tipos demais",
 			Details: []app.Detail{{Caminho: "/tipos", Mensagem: fmt.Sprintf("no máximo %d tipos", maxReplayTypes)}}})
 		return
 	}
@@ -167,7 +167,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	for ev, err := range s.Queries.Replay(r.Context(), after, tipos) {
 		if err != nil {
 			if n == 0 {
-				s.fail(w, r, err)
+				s.Fail(w, r, err)
 				return
 			}
 			// Headers are gone: end the stream early; the client resumes from
@@ -195,7 +195,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 func (s *Server) dlq(w http.ResponseWriter, r *http.Request) {
 	st, err := s.Queries.DLQ(r.Context())
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -206,17 +206,17 @@ func (s *Server) reprocessDLQ(w http.ResponseWriter, r *http.Request) {
 		Colonia string `json:"colonia"`
 	}
 	if err := decodeJSON(r, &body); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	if body.Colonia == "" {
-		s.fail(w, r, &app.Error{Code: app.EInvalid, Message: "colonia obrigatória",
+		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "colonia obrigatória",
 			Details: []app.Detail{{Caminho: "/colonia", Mensagem: "obrigatório"}}})
 		return
 	}
 	res, err := s.Consumers.ReprocessDLQ(r.Context(), body.Colonia)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)

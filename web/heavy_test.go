@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
 	"geohub/store/storetest"
@@ -32,7 +31,7 @@ import (
 func TestStalledReadersOfOneTokenAreBoundedAndLeaveTheOthersAlone(t *testing.T) {
 	ctx := t.Context()
 	k := storetest.New(t, storetest.Options{BuiltinTypes: true, Deps: app.Deps{NoDispatch: true}})
-	hs := httptest.NewServer(web.New(k.Services, k.Ocorrencias, nil, prometheus.NewRegistry()).Handler())
+	hs := httptest.NewServer(web.NewHandler(k.Services, web.Options{Ocorrencias: k.Ocorrencias}))
 	t.Cleanup(hs.Close)
 	token := func(p app.Papel) string {
 		secret, _, err := k.Auth.CreateToken(ctx, p, "teste-"+string(p))

@@ -9,12 +9,12 @@ import (
 func (s *Server) createIntegrator(w http.ResponseWriter, r *http.Request) {
 	var req app.NewIntegrator
 	if err := decodeJSON(r, &req); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	created, err := s.Integrators.Create(r.Context(), req)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	// The secret and API key are in this answer only: never cache it.
@@ -26,7 +26,7 @@ func (s *Server) createIntegrator(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listIntegrators(w http.ResponseWriter, r *http.Request) {
 	all, err := s.Integrators.List(r.Context())
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"integradores": all})
@@ -35,7 +35,7 @@ func (s *Server) listIntegrators(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getIntegrator(w http.ResponseWriter, r *http.Request) {
 	in, err := s.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
@@ -44,12 +44,12 @@ func (s *Server) getIntegrator(w http.ResponseWriter, r *http.Request) {
 func (s *Server) patchIntegrator(w http.ResponseWriter, r *http.Request) {
 	var p app.IntegratorPatch
 	if err := decodeJSON(r, &p); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	in, err := s.Integrators.Update(r.Context(), r.PathValue("id"), p)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
@@ -58,7 +58,7 @@ func (s *Server) patchIntegrator(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
 	rot, err := s.Integrators.RotateAPIKey(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -68,7 +68,7 @@ func (s *Server) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	rot, err := s.Integrators.RotateSecret(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")

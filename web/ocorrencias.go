@@ -20,7 +20,7 @@ func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request,
 			if app.ErrorCode(err) == app.EUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores"`)
 			}
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -57,13 +57,13 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 			if errors.As(err, &maxErr) {
 				err = app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
 			}
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		cmd.Solicitacao, cmd.Metodo, cmd.Rota, cmd.Body = r.Header.Get("X-Solicitacao-Id"), r.Method, r.URL.Path, body
 		out, err := run(r.Context(), cmd, r)
 		if err != nil {
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
@@ -73,7 +73,7 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 	byIntegrator := s.integratorAuthed(func(w http.ResponseWriter, r *http.Request, in app.Integrator) {
 		handle(w, r, app.Command{Integrador: in.ID})
 	})
-	byOperator := s.authed([]app.Papel{app.PapelAdmin, app.PapelOperador}, func(w http.ResponseWriter, r *http.Request) {
+	byOperator := s.authed(app.Operators, func(w http.ResponseWriter, r *http.Request) {
 		t, _ := tokenOf(r)
 		handle(w, r, app.Command{Operador: t.ID})
 	})
@@ -81,7 +81,7 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 		if scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " "); !strings.EqualFold(scheme, "Bearer") ||
 			strings.TrimSpace(secret) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores"`)
-			s.fail(w, r, app.Errorf(app.EUnauthorized,
+			s.Fail(w, r, app.Errorf(app.EUnauthorized,
 				"credencial ausente: use Authorization: Bearer <api_key> (integrador) ou Bearer <token> (operador)"))
 			return
 		}
@@ -124,7 +124,7 @@ func (s *Server) listOcorrencias(w http.ResponseWriter, r *http.Request) {
 	list := func(w http.ResponseWriter, r *http.Request, integrador string) {
 		f, err := parseOcorrenciaFilter(r)
 		if err != nil {
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		if integrador != "" {
@@ -132,18 +132,18 @@ func (s *Server) listOcorrencias(w http.ResponseWriter, r *http.Request) {
 		}
 		page, err := s.Ocorrencias.List(r.Context(), f)
 		if err != nil {
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, page)
 	}
 	if !isAPIKey(r) {
-		s.authed(readRoles, func(w http.ResponseWriter, r *http.Request) { list(w, r, "") }).ServeHTTP(w, r)
+		s.authed(app.Readers, func(w http.ResponseWriter, r *http.Request) { list(w, r, "") }).ServeHTTP(w, r)
 		return
 	}
 	in, err := s.integrator(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	list(w, r, in.ID)
@@ -173,14 +173,14 @@ func parseOcorrenciaFilter(r *http.Request) (ocorrencia.Filter, error) {
 // an operator token of any reading role.
 func (s *Server) getOcorrencia(w http.ResponseWriter, r *http.Request) {
 	if !isAPIKey(r) {
-		s.authed(readRoles, func(w http.ResponseWriter, r *http.Request) {
+		s.authed(app.Readers, func(w http.ResponseWriter, r *http.Request) {
 			s.writeOcorrencia(w, r, "")
 		}).ServeHTTP(w, r)
 		return
 	}
 	in, err := s.integrator(r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	s.writeOcorrencia(w, r, in.ID)
@@ -189,7 +189,7 @@ func (s *Server) getOcorrencia(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeOcorrencia(w http.ResponseWriter, r *http.Request, integrador string) {
 	o, err := s.Ocorrencias.Get(r.Context(), r.PathValue("id"), integrador)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, o)

@@ -9,12 +9,12 @@ import (
 func (s *Server) registerType(w http.ResponseWriter, r *http.Request) {
 	var tv app.TypeVersion
 	if err := decodeJSON(r, &tv); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	stored, created, err := s.Registry.Register(r.Context(), tv)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -31,7 +31,7 @@ func (s *Server) listTypes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getType(w http.ResponseWriter, r *http.Request) {
 	versions, err := s.Registry.Versions(r.PathValue("tipo"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tipo": r.PathValue("tipo"), "versoes": versions})
@@ -42,12 +42,12 @@ func (s *Server) patchType(w http.ResponseWriter, r *http.Request) {
 		Status string `json:"status"`
 	}
 	if err := decodeJSON(r, &body); err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	tv, err := s.Registry.SetStatus(r.Context(), r.PathValue("tipo"), r.PathValue("versao"), body.Status)
 	if err != nil {
-		s.fail(w, r, err)
+		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tv)

@@ -56,25 +56,10 @@ type Server struct {
 	Heavy *heavy.Limit
 }
 
-// New is the API on the service graph; console serves what the API does
-// not route (nil: nothing), gatherer the metrics.
-func New(svc *app.Services, oc *ocorrencia.Service, console http.Handler, gatherer prometheus.Gatherer) *Server {
-	return &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
-		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: oc, Audit: svc.AuditTrail,
-		Console: console, Logger: svc.Logger, Gatherer: gatherer, Ready: svc.Ready, Heavy: heavy.New(heavy.Total)}
-}
-
-// readRoles may read everything operators see.
-var readRoles = []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
-
 // Handler returns the routes of SPEC sections 4.4, 5 and 10.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	read := readRoles
-	operate := []app.Papel{app.PapelAdmin, app.PapelOperador}
-	admin := []app.Papel{app.PapelAdmin}
-	produce := []app.Papel{app.PapelAdmin, app.PapelProdutor}
-	anyRole := []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor}
+	read, operate, admin, produce, anyRole := app.Readers, app.Operators, app.Admins, app.Producers, app.AnyRole
 
 	mux.Handle("POST /api/events", s.authed(produce, s.publish))
 	mux.Handle("GET /api/events", s.authed(read, s.heavy(s.listEvents)))
@@ -143,10 +128,10 @@ func (s *Server) unrouted(w http.ResponseWriter, r *http.Request, mux *http.Serv
 	mux.ServeHTTP(verdict, r)
 	if verdict.status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", verdict.header.Get("Allow"))
-		s.fail(w, r, app.Errorf(app.EMethod, "método %s não permitido nesta rota", r.Method))
+		s.Fail(w, r, app.Errorf(app.EMethod, "método %s não permitido nesta rota", r.Method))
 		return
 	}
-	s.fail(w, r, app.Errorf(app.ENotFound, "rota não encontrada"))
+	s.Fail(w, r, app.Errorf(app.ENotFound, "rota não encontrada"))
 }
 
 // headerOnly records a handler's status and headers and drops its body.
@@ -167,7 +152,7 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="geohub"`)
-			s.fail(w, r, app.Errorf(app.EUnauthorized, "token ausente: use Authorization: Bearer <token>"))
+			s.Fail(w, r, app.Errorf(app.EUnauthorized, "token ausente: use Authorization: Bearer <token>"))
 			return
 		}
 		t, err := s.Auth.Authenticate(r.Context(), strings.TrimSpace(secret))
@@ -175,7 +160,7 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			if app.ErrorCode(err) == app.EUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub", error="invalid_token"`)
 			}
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		// The token is the author of whatever the request changes.
@@ -185,7 +170,7 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				s.Audit.Refused(ctx, app.AcaoAcessoNegado, routeTarget(r), err)
 			}
-			s.fail(w, r, err)
+			s.Fail(w, r, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -208,17 +193,10 @@ type errorBody struct {
 	Detalhes []app.Detail `json:"detalhes,omitempty"`
 }
 
-// fail writes err as the API's error shape. Internal errors are logged and
-// answered with a generic message: their text is not for clients.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var e *app.Error
-	if !errors.As(err, &e) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			e = &app.Error{Code: app.EUnavailable, Message: "requisição cancelada ou expirada"}
-		} else {
-			e = &app.Error{Code: app.EInternal, Message: "erro interno"}
-		}
-	}
+// Fail writes err as the API's error shape (app.Public decides the status
+// and the words, as it does for the console). Internal errors are logged.
+func (s *Server) Fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := app.Public(err)
 	status := e.Code.HTTPStatus()
 	if status >= 500 {
 		s.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)

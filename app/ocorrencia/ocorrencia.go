@@ -17,6 +17,7 @@ package ocorrencia
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -217,7 +218,7 @@ func (s *Service) Get(ctx context.Context, id, integrador string) (Ocorrencia, e
 	if err == nil && integrador != "" && o.originador != integrador {
 		err = app.ErrNotFound
 	}
-	if err == app.ErrNotFound {
+	if errors.Is(err, app.ErrNotFound) {
 		return Ocorrencia{}, app.Errorf(app.ENotFound, "ocorrência %s não encontrada", id)
 	}
 	return o, err

@@ -2,6 +2,7 @@ package ocorrencia
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,7 +88,7 @@ func (s *Service) project(ctx context.Context, ev app.Event) error {
 		return nil // not an ocorrência's event: nothing to project
 	}
 	o, err := s.load(ctx, id)
-	if err == app.ErrNotFound {
+	if errors.Is(err, app.ErrNotFound) {
 		return nil // an aggregate without a registration has no row
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"geohub/app"
+	"geohub/web/heavy"
 )
 
 // runMain starts the server in this process on a fresh data directory,
@@ -39,4 +40,24 @@ func mainToken(tb testing.TB, dir string, papel app.Papel, nome string) string {
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// serve builds its edge through web.NewHandler, as the test kits do: one
+// heavy-read limit of heavy.Total for the API and the console, and the
+// flags' settings on both (web's TestNewHandlerSharesOneLimitAndOneProxyList
+// checks a kit's edge the same way).
+func TestServeBuildsTheEdgeTheKitsBuild(t *testing.T) {
+	m, _, stop := runMain(t)
+	defer stop()
+	e := m.Edge
+	if e == nil {
+		t.Fatal("serve did not record its edge")
+	}
+	if e.API.Heavy != e.Console.Heavy || e.API.Heavy.Cap() != heavy.Total {
+		t.Fatalf("serve's API and console limits: %p (%d) and %p (%d), want one of %d",
+			e.API.Heavy, e.API.Heavy.Cap(), e.Console.Heavy, e.Console.Heavy.Cap(), heavy.Total)
+	}
+	if !e.Console.Insecure {
+		t.Fatal("--insecure-callbacks did not reach the console")
+	}
 }

@@ -22,7 +22,6 @@ import (
 	"geohub/app"
 	"geohub/app/ocorrencia"
 	"geohub/web"
-	"geohub/web/console"
 	"geohub/web/proxy"
 )
 
@@ -102,6 +101,9 @@ type Main struct {
 	// address it listens on (useful with port 0).
 	Ready chan struct{}
 	Addr  string
+	// Edge is the HTTP edge serve built (set before Ready is closed), for
+	// the tests that compare it with their kits'.
+	Edge *web.Handler
 
 	// Subscribe, when set, registers in-process consumers before they start.
 	Subscribe func(*app.Consumers)
@@ -271,17 +273,16 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	cons := console.New(svc, ocorrencias)
-	cons.Insecure, cons.TrustedProxies = cfg.InsecureCallbacks, proxies
-	srv := web.New(svc, ocorrencias, cons.Handler(), reg)
-	srv.TrustedProxies, srv.Heavy = proxies, cons.Heavy // one bound for both edges
+	edge := web.NewHandler(svc, web.Options{Ocorrencias: ocorrencias, Gatherer: reg,
+		TrustedProxies: proxies, Insecure: cfg.InsecureCallbacks})
+	m.Edge = edge
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
 	m.Addr = ln.Addr().String()
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
+		Handler:           edge,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -291,7 +292,7 @@ func (m *Main) Run(ctx context.Context) error {
 		// answers by itself before any handler runs.
 		WriteTimeout: web.WriteTimeout,
 	}
-	httpSrv.RegisterOnShutdown(cons.CloseTails) // Shutdown does not track hijacked connections
+	httpSrv.RegisterOnShutdown(edge.CloseTails) // Shutdown does not track hijacked connections
 	if cfg.InsecureCallbacks {
 		flag := "--insecure-callbacks"
 		if cfg.Demo {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -190,7 +191,7 @@ func EventLogConformance(t *testing.T, open func(t *testing.T) EventLogUnderTest
 			t.Fatal("a batch with a failing event was accepted")
 		}
 		for _, id := range []string{first.EventID, second.EventID} {
-			if _, err := u.Log.Event(ctx, id); err != app.ErrNotFound {
+			if _, err := u.Log.Event(ctx, id); !errors.Is(err, app.ErrNotFound) {
 				t.Fatalf("event %s of a failed batch: %v", id, err)
 			}
 		}
@@ -342,7 +343,7 @@ func EventLogConformance(t *testing.T, open func(t *testing.T) EventLogUnderTest
 		if !stored.Timestamp.Equal(ev.Timestamp.Truncate(time.Millisecond)) {
 			t.Fatalf("timestamp %v, want %v at millisecond precision", stored.Timestamp, ev.Timestamp)
 		}
-		if _, err := u.Log.Event(ctx, "nao-existe"); err != app.ErrNotFound {
+		if _, err := u.Log.Event(ctx, "nao-existe"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("unknown event: %v", err)
 		}
 	})

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -402,7 +403,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if err := f.DB.Resend(ctx, page[0].ID, now, nil); app.ErrorCode(err) != app.EConflict {
 			t.Fatalf("resending a pending row: %v", err)
 		}
-		if err := f.DB.Resend(ctx, 999999, now, nil); err != app.ErrNotFound {
+		if err := f.DB.Resend(ctx, 999999, now, nil); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("resending a missing row: %v", err)
 		}
 		d, err := f.DB.ClaimDeliveries(ctx, "w", now, time.Minute, quota(f.id, 1))
@@ -538,7 +539,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if _, err := f.DB.DueNow(ctx, f.id, rows[2].ID, now, audit); app.ErrorCode(err) != app.EConflict {
 			t.Fatalf("due now of a row in flight: %v", err)
 		}
-		if _, err := f.DB.DueNow(ctx, "outro", rows[0].ID, now, nil); err != app.ErrNotFound {
+		if _, err := f.DB.DueNow(ctx, "outro", rows[0].ID, now, nil); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("due now of another integrator's row: %v", err)
 		}
 		if n, err := f.DB.DueNow(ctx, f.id, rows[0].ID, now, audit); err != nil || n != 1 {
@@ -609,7 +610,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if rows, total, err := f.DB.Deliveries(ctx, app.DeliveryFilter{Integrador: "nao-existe", Limite: 10}); err != nil || total != 0 || rows == nil {
 			t.Fatalf("no match: %v rows, %d, %v (want an empty list, not nil)", rows, total, err)
 		}
-		if _, _, err := f.DB.Delivery(ctx, 999999); err != app.ErrNotFound {
+		if _, _, err := f.DB.Delivery(ctx, 999999); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("a missing delivery: %v", err)
 		}
 	})
@@ -649,13 +650,13 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if list[0].Backoff != nil {
 			t.Fatalf("no backoff override reads as nil, got %v", list[0].Backoff)
 		}
-		if _, err := u.DB.Integrator(ctx, "nao-existe"); err != app.ErrNotFound {
+		if _, err := u.DB.Integrator(ctx, "nao-existe"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("a missing integrator: %v", err)
 		}
 		if byKey, err := u.DB.IntegratorByAPIKey(ctx, "hash-a"); err != nil || byKey.ID != "int-a" {
 			t.Fatalf("by API key: %+v %v", byKey, err)
 		}
-		if _, err := u.DB.IntegratorByAPIKey(ctx, "nao-existe"); err != app.ErrNotFound {
+		if _, err := u.DB.IntegratorByAPIKey(ctx, "nao-existe"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("an unknown API key: %v", err)
 		}
 		if s, err := u.DB.IntegratorSecrets(ctx, "int-b"); err != nil || string(s.Atual) != "sealed-b" || s.Anterior != nil || !s.AnteriorAte.IsZero() {
@@ -669,22 +670,22 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if s, err := u.DB.IntegratorSecrets(ctx, "int-b"); err != nil || string(s.Atual) != "novo" || string(s.Anterior) != "sealed-b" || !s.AnteriorAte.Equal(until) {
 			t.Fatalf("secrets after rotation %+v %v", s, err)
 		}
-		if err := u.DB.SetIntegratorSecret(ctx, "nao-existe", rot, audit("x")); err != app.ErrNotFound {
+		if err := u.DB.SetIntegratorSecret(ctx, "nao-existe", rot, audit("x")); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("rotating a missing integrator's secret: %v", err)
 		}
-		if _, err := u.DB.IntegratorSecrets(ctx, "nao-existe"); err != app.ErrNotFound {
+		if _, err := u.DB.IntegratorSecrets(ctx, "nao-existe"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("a missing integrator's secrets: %v", err)
 		}
 		if err := u.DB.SetIntegratorAPIKey(ctx, "int-a", "hash-a2", audit("integrador.nova_api_key")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := u.DB.IntegratorByAPIKey(ctx, "hash-a"); err != app.ErrNotFound {
+		if _, err := u.DB.IntegratorByAPIKey(ctx, "hash-a"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("the replaced API key still finds its integrator: %v", err)
 		}
 		if byKey, _ := u.DB.IntegratorByAPIKey(ctx, "hash-a2"); byKey.ID != "int-a" {
 			t.Fatal("the new API key does not find its integrator")
 		}
-		if err := u.DB.SetIntegratorAPIKey(ctx, "nao-existe", "h", audit("x")); err != app.ErrNotFound {
+		if err := u.DB.SetIntegratorAPIKey(ctx, "nao-existe", "h", audit("x")); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("a missing integrator's API key: %v", err)
 		}
 
@@ -718,7 +719,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if !on.Ativo || on.FalhandoDesde != nil || on.CallbackURL != off.CallbackURL || fmt.Sprint(on.Eventos) != "[jornada:*]" || on.Backoff != nil {
 			t.Fatalf("after reactivating: %+v", on)
 		}
-		if err := u.DB.UpdateIntegrator(ctx, NewIntegrator("nao-existe", now), audit("x")); err != app.ErrNotFound {
+		if err := u.DB.UpdateIntegrator(ctx, NewIntegrator("nao-existe", now), audit("x")); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("updating a missing integrator: %v", err)
 		}
 		want := "[integrador.criar integrador.criar integrador.rotacionar_segredo integrador.nova_api_key integrador.desativar integrador.atualizar]"

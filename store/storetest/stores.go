@@ -188,10 +188,10 @@ func StoresConformance(t *testing.T, open func(t *testing.T, now func() time.Tim
 		if err := db.RevokeToken(ctx, "t1", now, e); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.TokenByHash(ctx, "h1"); err != app.ErrNotFound {
+		if _, err := db.TokenByHash(ctx, "h1"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("a revoked token still authenticates: %v", err)
 		}
-		if err := db.RevokeToken(ctx, "t1", now, e); err != app.ErrNotFound {
+		if err := db.RevokeToken(ctx, "t1", now, e); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("revoking twice: %v", err)
 		}
 		rows := auditAll(t, db, app.AuditFilter{Alvo: "t1"})
@@ -225,7 +225,7 @@ func StoresConformance(t *testing.T, open func(t *testing.T, now func() time.Tim
 		if err != nil || got != leitor || hash != "hash-maria" {
 			t.Fatalf("OperatorByLogin = %+v %q %v, want %+v", got, hash, err, leitor)
 		}
-		if _, _, err := db.OperatorByLogin(ctx, "jose"); err != app.ErrNotFound {
+		if _, _, err := db.OperatorByLogin(ctx, "jose"); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("unknown login: %v", err)
 		}
 		ops, err := db.Operators(ctx)
@@ -487,7 +487,7 @@ func StoresConformance(t *testing.T, open func(t *testing.T, now func() time.Tim
 		if open, err := db.DLQOpen(ctx, "c", 10); err != nil || len(open) != 0 {
 			t.Fatalf("open entries %v %v", open, err)
 		}
-		if err := db.SetDLQStatus(ctx, "nao-existe", "c", app.DLQResolved); err != app.ErrNotFound {
+		if err := db.SetDLQStatus(ctx, "nao-existe", "c", app.DLQResolved); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("unknown entry: %v", err)
 		}
 	})

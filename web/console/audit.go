@@ -105,7 +105,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 	pg, err := c.Audit.List(r.Context(), l.V("quem"), f)
 	if err != nil {
 		if app.ErrorCode(err) != app.EInvalid {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		v.Q.take(err)

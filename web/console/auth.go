@@ -62,7 +62,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			f.Error = err.(*app.Error).Message
 			retryAfter(w, err)
 		default:
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		c.showLogin(w, r, status, f)
@@ -83,7 +83,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if err := c.Sessions.Logout(r.Context(), sessionOf(r).secret); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -105,7 +105,7 @@ func (c *Console) changePassword(w http.ResponseWriter, r *http.Request) {
 	err := c.Sessions.ChangePassword(r.Context(), s.op, s.secret, r.PostFormValue("atual"), r.PostFormValue("nova"))
 	if err != nil {
 		if app.ErrorCode(err) != app.EInvalid {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		f.take(err)

@@ -75,8 +75,9 @@ type Console struct {
 	tails tails
 }
 
-// New is the console on the service graph; the caller sets the edge's own
-// settings (Insecure, TrustedProxies) before Handler.
+// New is the console on the service graph; web.NewHandler sets the edge's
+// own settings (Insecure, TrustedProxies, the shared Heavy) before Handler.
+// Nothing else builds one: serve and the tests go through web.NewHandler.
 func New(svc *app.Services, oc *ocorrencia.Service) *Console {
 	return &Console{Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries,
 		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
@@ -85,7 +86,7 @@ func New(svc *app.Services, oc *ocorrencia.Service) *Console {
 }
 
 // heavy runs h inside one of the operator's slots (package heavy).
-func (c *Console) heavy(h http.HandlerFunc) http.HandlerFunc { return c.Heavy.Wrap(h, c.fail) }
+func (c *Console) heavy(h http.HandlerFunc) http.HandlerFunc { return c.Heavy.Wrap(h, c.Fail) }
 
 // session is the signed-in operator of a request.
 type session struct {
@@ -100,14 +101,6 @@ func sessionOf(r *http.Request) *session {
 	s, _ := r.Context().Value(sessionKey{}).(*session)
 	return s
 }
-
-// Roles of the console: leitor reads, operador also acts on deliveries and
-// the DLQ, admin also manages integrators, the registry and operators.
-var (
-	readers   = []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor}
-	operators = []app.Papel{app.PapelAdmin, app.PapelOperador}
-	admins    = []app.Papel{app.PapelAdmin}
-)
 
 func allowed(s *session, roles []app.Papel) bool {
 	for _, r := range roles {
@@ -125,54 +118,54 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /static/", c.assetsOnly(assets, http.StripPrefix("/static/", cacheAssets(http.FileServerFS(assets)))))
 	mux.HandleFunc("GET /login", c.loginPage)
 	mux.HandleFunc("POST /login", c.login)
-	mux.Handle("POST /sair", c.authed(readers, c.logout))
-	mux.Handle("GET /conta/senha", c.authed(readers, c.passwordPage))
-	mux.Handle("POST /conta/senha", c.authed(readers, c.changePassword))
-	mux.Handle("GET /{$}", c.authed(readers, c.overview))
-	mux.Handle("GET /visao-geral", c.authed(readers, c.overviewCharts))
-	mux.Handle("GET /eventos", c.authed(readers, c.heavy(c.events)))
-	mux.Handle("GET /eventos/{eventId}", c.authed(readers, c.heavy(c.event)))
-	mux.Handle("GET /eventos/{eventId}/bruto", c.authed(readers, c.heavy(c.eventRaw)))
-	mux.Handle("GET /entregas", c.authed(readers, c.deliveries))
-	mux.Handle("GET /entregas/{id}", c.authed(readers, c.delivery))
-	mux.Handle("POST /entregas/{id}/reenviar", c.authed(operators, c.resend))
-	mux.Handle("POST /entregas/reenviar", c.authed(operators, c.resendAll))
-	mux.Handle("POST /entregas/{id}/tentar-agora", c.authed(operators, c.retryDeliveryNow))
-	mux.Handle("GET /dlq", c.authed(readers, c.dlq))
-	mux.Handle("POST /dlq/reprocessar", c.authed(operators, c.reprocess))
-	mux.Handle("GET /ws/eventos", c.authed(readers, c.eventsTail))
-	mux.Handle("GET /ws/entregas", c.authed(readers, c.attemptsTail))
+	mux.Handle("POST /sair", c.authed(app.Readers, c.logout))
+	mux.Handle("GET /conta/senha", c.authed(app.Readers, c.passwordPage))
+	mux.Handle("POST /conta/senha", c.authed(app.Readers, c.changePassword))
+	mux.Handle("GET /{$}", c.authed(app.Readers, c.overview))
+	mux.Handle("GET /visao-geral", c.authed(app.Readers, c.overviewCharts))
+	mux.Handle("GET /eventos", c.authed(app.Readers, c.heavy(c.events)))
+	mux.Handle("GET /eventos/{eventId}", c.authed(app.Readers, c.heavy(c.event)))
+	mux.Handle("GET /eventos/{eventId}/bruto", c.authed(app.Readers, c.heavy(c.eventRaw)))
+	mux.Handle("GET /entregas", c.authed(app.Readers, c.deliveries))
+	mux.Handle("GET /entregas/{id}", c.authed(app.Readers, c.delivery))
+	mux.Handle("POST /entregas/{id}/reenviar", c.authed(app.Operators, c.resend))
+	mux.Handle("POST /entregas/reenviar", c.authed(app.Operators, c.resendAll))
+	mux.Handle("POST /entregas/{id}/tentar-agora", c.authed(app.Operators, c.retryDeliveryNow))
+	mux.Handle("GET /dlq", c.authed(app.Readers, c.dlq))
+	mux.Handle("POST /dlq/reprocessar", c.authed(app.Operators, c.reprocess))
+	mux.Handle("GET /ws/eventos", c.authed(app.Readers, c.eventsTail))
+	mux.Handle("GET /ws/entregas", c.authed(app.Readers, c.attemptsTail))
 	// Ocorrências: operators send the commands an integrator sends.
-	mux.Handle("GET /ocorrencias", c.authed(readers, c.ocorrencias))
-	mux.Handle("GET /ocorrencias/nova", c.authed(operators, c.newOcorrenciaPage))
-	mux.Handle("POST /ocorrencias", c.authed(operators, c.registerOcorrencia))
-	mux.Handle("GET /ocorrencias/{id}", c.authed(readers, c.ocorrenciaPage))
-	mux.Handle("POST /ocorrencias/{id}/despachos", c.authed(operators, c.dispatchRecurso))
-	mux.Handle("POST /ocorrencias/{id}/despachos/{despachoId}/status", c.authed(operators, c.setDespachoStatus))
-	mux.Handle("POST /ocorrencias/{id}/status", c.authed(operators, c.setOcorrenciaStatus))
-	mux.Handle("GET /ws/ocorrencias", c.authed(readers, c.ocorrenciasLive))
+	mux.Handle("GET /ocorrencias", c.authed(app.Readers, c.ocorrencias))
+	mux.Handle("GET /ocorrencias/nova", c.authed(app.Operators, c.newOcorrenciaPage))
+	mux.Handle("POST /ocorrencias", c.authed(app.Operators, c.registerOcorrencia))
+	mux.Handle("GET /ocorrencias/{id}", c.authed(app.Readers, c.ocorrenciaPage))
+	mux.Handle("POST /ocorrencias/{id}/despachos", c.authed(app.Operators, c.dispatchRecurso))
+	mux.Handle("POST /ocorrencias/{id}/despachos/{despachoId}/status", c.authed(app.Operators, c.setDespachoStatus))
+	mux.Handle("POST /ocorrencias/{id}/status", c.authed(app.Operators, c.setOcorrenciaStatus))
+	mux.Handle("GET /ws/ocorrencias", c.authed(app.Readers, c.ocorrenciasLive))
 	// "Tentar agora" acts on deliveries, like a resend: operators too.
-	mux.Handle("POST /integradores/{id}/tentar-agora", c.authed(operators, c.retryIntegratorNow))
+	mux.Handle("POST /integradores/{id}/tentar-agora", c.authed(app.Operators, c.retryIntegratorNow))
 	// Integrators, registry and operators: every other POST is admin-only.
-	mux.Handle("GET /integradores", c.authed(readers, c.integrators))
-	mux.Handle("GET /integradores/novo", c.authed(admins, c.newIntegratorPage))
-	mux.Handle("POST /integradores", c.authed(admins, c.createIntegrator))
-	mux.Handle("GET /integradores/{id}", c.authed(readers, c.integrator))
-	mux.Handle("POST /integradores/{id}", c.authed(admins, c.updateIntegrator))
-	mux.Handle("POST /integradores/{id}/ativo", c.authed(admins, c.setIntegratorActive))
-	mux.Handle("POST /integradores/{id}/segredo/rotacionar", c.authed(admins, c.rotateSecret))
-	mux.Handle("POST /integradores/{id}/api_key/rotacionar", c.authed(admins, c.rotateAPIKey))
-	mux.Handle("POST /integradores/{id}/verificar", c.authed(admins, c.verifyIntegrator))
-	mux.Handle("GET /registro", c.authed(readers, c.registry))
-	mux.Handle("GET /registro/{tipo}", c.authed(readers, c.heavy(c.registryType)))
-	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(readers, c.heavy(c.schemaRaw)))
-	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(admins, c.setTypeStatus))
-	mux.Handle("GET /operadores", c.authed(admins, c.operatorsPage))
-	mux.Handle("POST /operadores", c.authed(admins, c.createOperator))
-	mux.Handle("POST /operadores/{id}/ativo", c.authed(admins, c.setOperatorActive))
-	mux.Handle("POST /operadores/{id}/senha", c.authed(admins, c.resetOperatorPassword))
-	mux.Handle("POST /operadores/{id}/papel", c.authed(admins, c.setOperatorRole))
-	mux.Handle("GET /auditoria", c.authed(admins, c.heavy(c.auditPage)))
+	mux.Handle("GET /integradores", c.authed(app.Readers, c.integrators))
+	mux.Handle("GET /integradores/novo", c.authed(app.Admins, c.newIntegratorPage))
+	mux.Handle("POST /integradores", c.authed(app.Admins, c.createIntegrator))
+	mux.Handle("GET /integradores/{id}", c.authed(app.Readers, c.integrator))
+	mux.Handle("POST /integradores/{id}", c.authed(app.Admins, c.updateIntegrator))
+	mux.Handle("POST /integradores/{id}/ativo", c.authed(app.Admins, c.setIntegratorActive))
+	mux.Handle("POST /integradores/{id}/segredo/rotacionar", c.authed(app.Admins, c.rotateSecret))
+	mux.Handle("POST /integradores/{id}/api_key/rotacionar", c.authed(app.Admins, c.rotateAPIKey))
+	mux.Handle("POST /integradores/{id}/verificar", c.authed(app.Admins, c.verifyIntegrator))
+	mux.Handle("GET /registro", c.authed(app.Readers, c.registry))
+	mux.Handle("GET /registro/{tipo}", c.authed(app.Readers, c.heavy(c.registryType)))
+	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(app.Readers, c.heavy(c.schemaRaw)))
+	mux.Handle("POST /registro/{tipo}/{versao}/status", c.authed(app.Admins, c.setTypeStatus))
+	mux.Handle("GET /operadores", c.authed(app.Admins, c.operatorsPage))
+	mux.Handle("POST /operadores", c.authed(app.Admins, c.createOperator))
+	mux.Handle("POST /operadores/{id}/ativo", c.authed(app.Admins, c.setOperatorActive))
+	mux.Handle("POST /operadores/{id}/senha", c.authed(app.Admins, c.resetOperatorPassword))
+	mux.Handle("POST /operadores/{id}/papel", c.authed(app.Admins, c.setOperatorRole))
+	mux.Handle("GET /auditoria", c.authed(app.Admins, c.heavy(c.auditPage)))
 	return securityHeaders(c.sameOrigin(c.unrouted(mux)))
 }
 
@@ -295,7 +288,7 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		}
 		if err != nil {
 			if app.ErrorCode(err) != app.EUnauthorized {
-				c.fail(w, r, err)
+				c.Fail(w, r, err)
 				return
 			}
 			if isWebsocket(r) {
@@ -367,20 +360,21 @@ func (c *Console) forbidden(w http.ResponseWriter, r *http.Request, s *session, 
 	c.render(w, r, http.StatusForbidden, errorPage(p, "Acesso negado", msg))
 }
 
-// fail renders an app error as a page: its public message, or a generic one
-// for internal errors, which are logged.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
-	code := app.ErrorCode(err)
-	status := code.HTTPStatus()
-	msg := "Algo deu errado do nosso lado. Tente de novo; se persistir, avise o administrador."
-	var e *app.Error
-	if errors.As(err, &e) && status < 500 {
-		msg = e.Message
-	} else {
+// Fail renders an app error as a page with the status and message
+// app.Public gives the API; internal errors are logged.
+func (c *Console) Fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := app.Public(err)
+	status := e.Code.HTTPStatus()
+	msg := e.Message
+	if status >= 500 {
+		// The API's words for a 500 are terse; a person gets what to do.
+		if e.Code == app.EInternal {
+			msg = "Algo deu errado do nosso lado. Tente de novo; se persistir, avise o administrador."
+		}
 		c.Logger.Error("console request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	title := "Erro"
-	if code == app.ENotFound {
+	if e.Code == app.ENotFound {
 		title = "Não encontrado"
 	}
 	retryAfter(w, err)

@@ -14,7 +14,7 @@ import (
 
 	"geohub/app"
 	"geohub/store/storetest"
-	"geohub/web/console"
+	"geohub/web"
 	"geohub/web/proxy"
 )
 
@@ -28,14 +28,16 @@ func consoleServer(t *testing.T) *httptest.Server {
 func consoleServerDB(t *testing.T) (*httptest.Server, storetest.Store) {
 	t.Helper()
 	k := storetest.New(t, storetest.Options{AdminPassword: "senha-do-admin-1"})
-	srv := httptest.NewServer(newConsole(k).Handler())
+	srv := httptest.NewServer(newEdge(k, nil))
 	t.Cleanup(srv.Close)
 	return srv, k.DB
 }
 
-// newConsole is the console as `geohub serve` builds it, on the kit's
-// services; a test sets the edge's own settings (proxies, insecure) on it.
-func newConsole(k *storetest.Kit) *console.Console { return console.New(k.Services, k.Ocorrencias) }
+// newEdge is the server's HTTP edge as `geohub serve` builds it, on the
+// kit's services, believing proxies' forwarding headers.
+func newEdge(k *storetest.Kit, proxies proxy.Trusted) *web.Handler {
+	return web.NewHandler(k.Services, web.Options{Ocorrencias: k.Ocorrencias, TrustedProxies: proxies})
+}
 
 // client is a browser without JavaScript: cookies kept, redirects not
 // followed, so each answer can be checked.
@@ -543,9 +545,7 @@ func TestConsoleBehindATrustedProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := newConsole(k)
-		c.TrustedProxies = proxies
-		srv := httptest.NewServer(c.Handler())
+		srv := httptest.NewServer(newEdge(k, proxies))
 		t.Cleanup(srv.Close)
 		return srv
 	}

@@ -75,7 +75,7 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 	v := deliveriesView{Q: l, Volta: r.URL.RequestURI(), TailURL: l.tailURL("/ws/entregas", "integrador", "tipo", "agregado", "event_id")}
 	var err error
 	if v.Integrators, err = c.Integrators.List(ctx); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v.Names = map[string]string{}
@@ -87,7 +87,7 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if v.De, err = c.Attempts.MaxAttemptID(ctx); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	// After a resend the page comes back with ?de= from before it, so the
@@ -112,7 +112,7 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		f.IDInicio = l.Apos + 1
 		page, err := c.Deliveries.List(ctx, f)
 		if err != nil {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		v.Rows = page.Linhas
@@ -130,7 +130,7 @@ func (c *Console) deliveries(w http.ResponseWriter, r *http.Request) {
 		f.Desc, f.IDFim = true, l.Ate
 		page, err := c.Deliveries.List(ctx, f)
 		if err != nil {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		v.Rows = page.Linhas
@@ -195,12 +195,12 @@ func parseDeliveryID(r *http.Request) (int64, error) {
 func (c *Console) delivery(w http.ResponseWriter, r *http.Request) {
 	id, err := parseDeliveryID(r)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	d, err := c.Deliveries.Get(r.Context(), id)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	d.Corpo = nil // the envelope carries the full, unredacted payload: never on a page
@@ -256,16 +256,16 @@ func (c *Console) lastAttempt(ctx context.Context) (int64, error) {
 func (c *Console) resend(w http.ResponseWriter, r *http.Request) {
 	id, err := parseDeliveryID(r)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	before, err := c.lastAttempt(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	if err := c.Deliveries.Resend(r.Context(), id); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.redirect(w, r, c.afterAction(r, "/entregas", before), fmt.Sprintf("Entrega #%d reenviada: voltou para a fila e sai agora, com o mesmo conteúdo e a mesma sequência.", id))
@@ -278,17 +278,17 @@ func (c *Console) retryDeliveryNow(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id, err := parseDeliveryID(r)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	before, err := c.lastAttempt(ctx)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	d, err := c.Deliveries.RetryDeliveryNow(ctx, id)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := fmt.Sprintf("Entrega #%d adiantada: sai agora, na ordem do seu agregado.", id)
@@ -303,18 +303,18 @@ func (c *Console) resendAll(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PostFormValue("integrador")
 	if id == "" {
-		c.fail(w, r, &app.Error{Code: app.EInvalid, Message: "Escolha o integrador cujas entregas com falha devem ser reenviadas."})
+		c.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "Escolha o integrador cujas entregas com falha devem ser reenviadas."})
 		return
 	}
 	name := integratorName(c.integratorNames(ctx), id)
 	before, err := c.lastAttempt(ctx)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	res, err := c.Deliveries.ResendAll(ctx, id, app.EntregaFalhou)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	n := res.Reenviadas
@@ -440,6 +440,6 @@ func attemptsNote(l listQuery) string {
 	return "Cada tentativa de envio aparece aqui assim que termina."
 }
 
-func canAct(p page) bool { return allowed(p.S, operators) }
+func canAct(p page) bool { return allowed(p.S, app.Operators) }
 
 func durationMS(ms int64) string { return num(ms) + " ms" }

@@ -37,7 +37,7 @@ func (c *Console) dlq(w http.ResponseWriter, r *http.Request) {
 func (c *Console) showDLQ(w http.ResponseWriter, r *http.Request, status int, erro string) {
 	st, err := c.Queries.DLQ(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v := dlqView{St: st, Erro: erro}
@@ -77,7 +77,7 @@ func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 		c.showDLQ(w, r, e.Code.HTTPStatus(), e.Message+".")
 		return
 	default:
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := fmt.Sprintf("Colônia %s: nenhuma pendência para reprocessar.", colonia)

@@ -262,7 +262,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	if eventID != "" {
 		ev, err := c.Queries.Event(ctx, eventID)
 		if err != nil && app.ErrorCode(err) != app.ENotFound {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		if err == nil && matches(f, eventID, ev) {
@@ -276,7 +276,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	// the two is either in the list or after De, so the tail shows it.
 	latest, err := c.Queries.Log.MaxSequence(ctx)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	// Unfiltered, the log is its sequence numbers: rowids given one past
@@ -295,7 +295,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		page, err := c.Queries.Events(ctx, f)
 		if err != nil {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		v.Rows = page.Linhas
@@ -328,7 +328,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			}
 			page, err := c.Queries.Events(ctx, f)
 			if err != nil {
-				c.fail(w, r, err)
+				c.Fail(w, r, err)
 				return
 			}
 			v.Rows = page.Linhas
@@ -402,16 +402,16 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ev, err := c.Queries.Event(ctx, r.PathValue("eventId"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v := eventView{Ev: ev, Payload: showJSON(ev.Payload), Names: c.integratorNames(ctx)}
 	if v.Trace, err = c.Queries.Trace(ctx, ev.CorrelacaoID); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	if v.Deliveries, err = c.Deliveries.List(ctx, app.DeliveryFilter{EventID: ev.EventID, Limite: app.MaxLimite}); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, eventPage(c.page(r, "Evento "+strconv.FormatInt(ev.Sequence, 10), "eventos"), v))

@@ -24,9 +24,7 @@ func proxiedConsole(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newConsole(k)
-	c.TrustedProxies = proxies
-	srv := httptest.NewServer(c.Handler())
+	srv := httptest.NewServer(newEdge(k, proxies))
 	t.Cleanup(srv.Close)
 	return srv
 }

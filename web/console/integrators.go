@@ -31,7 +31,7 @@ var editFields = []string{"callback_url", "hosts_permitidos", "eventos", "backof
 func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
 	all, err := c.Integrators.List(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, integratorsPage(c.page(r, "Integradores", "integradores"), all, c.Now()))
@@ -62,7 +62,7 @@ func (c *Console) createIntegrator(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		pending.release(token)
 		if code := app.ErrorCode(err); code != app.EInvalid && code != app.EConflict {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		f.take(itemized(err, map[string][]string{"hosts_permitidos": req.HostsPermitidos, "eventos": req.Eventos, "backoff": req.Backoff}))
@@ -81,7 +81,7 @@ func (c *Console) createIntegrator(w http.ResponseWriter, r *http.Request) {
 func (c *Console) integrator(w http.ResponseWriter, r *http.Request) {
 	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.showIntegrator(w, r, http.StatusOK, in, editFormOf(in), nil)
@@ -115,7 +115,7 @@ func editFormOf(in app.Integrator) form {
 func (c *Console) updateIntegrator(w http.ResponseWriter, r *http.Request) {
 	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	f := newForm(r, editFields...)
@@ -147,7 +147,7 @@ func (c *Console) updateIntegrator(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := c.Integrators.Update(r.Context(), in.ID, patch); err != nil {
 		if app.ErrorCode(err) != app.EInvalid {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		f.take(itemized(err, map[string][]string{"hosts_permitidos": hosts, "eventos": eventos, "backoff": backoff}))
@@ -165,7 +165,7 @@ func (c *Console) setIntegratorActive(w http.ResponseWriter, r *http.Request) {
 	ativo := r.PostFormValue("ativo") == "sim"
 	in, err := c.Integrators.Update(r.Context(), r.PathValue("id"), app.IntegratorPatch{Ativo: &ativo})
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := "Integrador reativado: volta a receber os novos eventos."
@@ -200,7 +200,7 @@ func (c *Console) rotateOnce(w http.ResponseWriter, r *http.Request, title, msg 
 	rotate func(ctx context.Context, p page, in app.Integrator) (templ.Component, error)) {
 	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	p := c.page(r, in.Nome, "integradores")
@@ -212,7 +212,7 @@ func (c *Console) rotateOnce(w http.ResponseWriter, r *http.Request, title, msg 
 	shown, err := rotate(r.Context(), p, in)
 	if err != nil {
 		pending.release(token)
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	pending.done(token, in.ID)
@@ -226,12 +226,12 @@ func (c *Console) retryIntegratorNow(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	before, err := c.lastAttempt(ctx)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	res, err := c.Deliveries.RetryNow(ctx, c.Integrators, id)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	name := integratorName(c.integratorNames(ctx), id)
@@ -377,17 +377,17 @@ type verification struct {
 func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 	before, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	a, err := c.Deliveries.Verify(r.Context(), c.Integrators, before.ID)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	after, err := c.Integrators.Get(r.Context(), before.ID)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300

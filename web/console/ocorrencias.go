@@ -128,10 +128,10 @@ type ocorrenciasView struct {
 func (c *Console) ocorrencias(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	l, f := ocorrenciaQuery(r)
-	v := ocorrenciasView{Q: l, Antes: f.Antes, CanAct: allowed(sessionOf(r), operators)}
+	v := ocorrenciasView{Q: l, Antes: f.Antes, CanAct: allowed(sessionOf(r), app.Operators)}
 	var err error
 	if v.Integrators, err = c.Integrators.List(ctx); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v.Names = map[string]string{}
@@ -149,7 +149,7 @@ func (c *Console) ocorrencias(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnprocessableEntity, ocorrenciasPage(p, v))
 		return
 	} else if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v.Rows = list.Linhas
@@ -238,13 +238,13 @@ func (c *Console) showOcorrencia(w http.ResponseWriter, r *http.Request, status 
 	ctx := r.Context()
 	o, err := c.Ocorrencias.Get(ctx, r.PathValue("id"), "")
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
-	v := ocorrenciaView{O: o, CanAct: allowed(sessionOf(r), operators), Dispatch: dispatch, Refused: refused,
+	v := ocorrenciaView{O: o, CanAct: allowed(sessionOf(r), app.Operators), Dispatch: dispatch, Refused: refused,
 		Names: c.integratorNames(ctx)}
 	if v.Events, err = c.Queries.Events(ctx, app.EventFilter{Agregado: "ocorrencia:" + o.ID, Limite: app.MaxLimite}); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	v.Logins = map[string]string{}
@@ -349,7 +349,7 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, id, msg string, r
 func (c *Console) refused(w http.ResponseWriter, r *http.Request, err error, dispatch form) {
 	e, ok := shown(err)
 	if !ok {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := e.Message
@@ -468,7 +468,7 @@ func (c *Console) registerOcorrencia(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e, ok := shown(err)
 		if !ok {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		// The schema locates coordinates under /local; the form has them

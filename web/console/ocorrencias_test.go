@@ -34,8 +34,8 @@ func newOcBench(t *testing.T) *ocBench {
 		Deps:         app.Deps{Policy: app.CallbackPolicy{Insecure: true}},
 		BuiltinTypes: true, AdminPassword: benchAdminPassword,
 	})
-	c := newConsole(k)
-	b := &ocBench{srv: httptest.NewServer(c.Handler()), db: k.DB, svc: k.Ocorrencias}
+	c := newEdge(k, nil)
+	b := &ocBench{srv: httptest.NewServer(c), db: k.DB, svc: k.Ocorrencias}
 	t.Cleanup(func() {
 		c.CloseTails()
 		b.srv.Close()

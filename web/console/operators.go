@@ -26,7 +26,7 @@ func (c *Console) operatorsPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) showOperators(w http.ResponseWriter, r *http.Request, status int, f form) {
 	ops, err := c.Sessions.Operators(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, status, operatorsPage(c.page(r, "Operadores", "operadores"), ops, f))
@@ -47,7 +47,7 @@ func (c *Console) createOperator(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if code := app.ErrorCode(err); code != app.EInvalid && code != app.EConflict {
-			c.fail(w, r, err)
+			c.Fail(w, r, err)
 			return
 		}
 		f.take(err)
@@ -66,11 +66,11 @@ func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
 		ativo = true
 	case "nao":
 	default:
-		c.fail(w, r, app.Errorf(app.EInvalid, "o campo ativo deve ser sim ou nao"))
+		c.Fail(w, r, app.Errorf(app.EInvalid, "o campo ativo deve ser sim ou nao"))
 		return
 	}
 	if err := c.Sessions.SetActive(r.Context(), sessionOf(r).op, r.PathValue("id"), ativo); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := "Conta reativada: a pessoa pode entrar de novo."
@@ -85,7 +85,7 @@ func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
 func (c *Console) setOperatorRole(w http.ResponseWriter, r *http.Request) {
 	papel := app.Papel(r.PostFormValue("papel"))
 	if err := c.Sessions.SetRole(r.Context(), sessionOf(r).op, r.PathValue("id"), papel); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.redirect(w, r, "/operadores", "Papel alterado para "+papelLabel[string(papel)]+": vale a partir da próxima página que a pessoa abrir.")
@@ -97,22 +97,22 @@ func (c *Console) setOperatorRole(w http.ResponseWriter, r *http.Request) {
 func (c *Console) resetOperatorPassword(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if id == sessionOf(r).op.ID {
-		c.fail(w, r, app.Errorf(app.EConflict, "para a sua própria senha use “Trocar senha”, que pede a senha atual"))
+		c.Fail(w, r, app.Errorf(app.EConflict, "para a sua própria senha use “Trocar senha”, que pede a senha atual"))
 		return
 	}
 	ops, err := c.Sessions.Operators(r.Context())
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	i := slices.IndexFunc(ops, func(o app.Operator) bool { return o.ID == id })
 	if i < 0 {
-		c.fail(w, r, app.Errorf(app.ENotFound, "operador %s não existe", id))
+		c.Fail(w, r, app.Errorf(app.ENotFound, "operador %s não existe", id))
 		return
 	}
 	senha, err := c.Sessions.ResetPassword(r.Context(), sessionOf(r).op.ID, ops[i])
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, passwordResetPage(c.page(r, "Nova senha de "+ops[i].Login, "operadores"), ops[i], senha))

@@ -61,7 +61,7 @@ func window(r *http.Request) overviewWindow {
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	v, err := c.overviewData(r.Context(), window(r))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, overviewPage(c.page(r, "Visão geral", "inicio"), v))
@@ -71,7 +71,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 func (c *Console) overviewCharts(w http.ResponseWriter, r *http.Request) {
 	v, err := c.overviewData(r.Context(), window(r))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, overviewCharts(c.page(r, "Visão geral", "inicio"), v))

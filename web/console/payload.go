@@ -188,7 +188,7 @@ func rawEventURL(id string) string { return "/eventos/" + id + "/bruto" }
 func (c *Console) eventRaw(w http.ResponseWriter, r *http.Request) {
 	ev, err := c.Queries.Event(r.Context(), r.PathValue("eventId"))
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	writeRawJSON(w, ev.AppendJSON(make([]byte, 0, 512+len(ev.Payload))))
@@ -199,7 +199,7 @@ func (c *Console) schemaRaw(w http.ResponseWriter, r *http.Request) {
 	tipo, versao := r.PathValue("tipo"), r.PathValue("versao")
 	versions, err := c.Registry.Versions(tipo)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	for _, tv := range versions {
@@ -208,7 +208,7 @@ func (c *Console) schemaRaw(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c.fail(w, r, app.Errorf(app.ENotFound, "tipo %s não tem a versão %s", tipo, versao))
+	c.Fail(w, r, app.Errorf(app.ENotFound, "tipo %s não tem a versão %s", tipo, versao))
 }
 
 func writeRawJSON(w http.ResponseWriter, doc []byte) {

@@ -49,7 +49,7 @@ func (c *Console) registryType(w http.ResponseWriter, r *http.Request) {
 	tipo := r.PathValue("tipo")
 	versions, err := c.Registry.Versions(tipo)
 	if err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	// Newest first: it is the one publishers should be using.
@@ -61,7 +61,7 @@ func (c *Console) registryType(w http.ResponseWriter, r *http.Request) {
 func (c *Console) setTypeStatus(w http.ResponseWriter, r *http.Request) {
 	tipo, versao, status := r.PathValue("tipo"), r.PathValue("versao"), r.PostFormValue("status")
 	if _, err := c.Registry.SetStatus(r.Context(), tipo, versao, status); err != nil {
-		c.fail(w, r, err)
+		c.Fail(w, r, err)
 		return
 	}
 	msg := tipo + "@" + versao + " reativada: volta a aceitar publicações."

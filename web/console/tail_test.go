@@ -51,8 +51,8 @@ func newTailBench(t *testing.T) *tailBench {
 		},
 	})
 	b.pub, b.sessions, b.integrators, b.deliveries, b.events = k.Publisher, k.Sessions, k.Integrators, k.Deliveries, k.EventsChanged
-	c := newConsole(k)
-	b.srv = httptest.NewServer(c.Handler())
+	c := newEdge(k, nil)
+	b.srv = httptest.NewServer(c)
 	t.Cleanup(func() {
 		c.CloseTails()
 		b.srv.Close()

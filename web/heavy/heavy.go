@@ -84,3 +84,6 @@ func (l *Limit) Wrap(h http.HandlerFunc, fail func(http.ResponseWriter, *http.Re
 		h(w, r)
 	}
 }
+
+// Cap is how many slots the whole server has.
+func (l *Limit) Cap() int { return cap(l.slots) }
