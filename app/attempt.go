@@ -65,7 +65,7 @@ type AttemptOutcome struct {
 // to an hour), counted from the end of the attempt, until the steps run out.
 func decide(steps []time.Duration, n int, r SendResult, end time.Time, jitter float64) AttemptOutcome {
 	switch {
-	case r.Err == nil && r.Status >= 200 && r.Status < 300:
+	case r.Succeeded():
 		return AttemptOutcome{Kind: Delivered, Proxima: end}
 	case errors.Is(r.Err, errUnsendable):
 		return AttemptOutcome{Kind: Unsent, Proxima: end, Reason: r.Err.Error() + ": não haverá nova tentativa"}

@@ -218,11 +218,11 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 		return a, nil
 	}
 	audit.Detalhe = fmt.Sprintf("o receptor respondeu HTTP %d", r.Status)
-	if r.Status < 200 || r.Status >= 300 {
+	if !r.Succeeded() {
 		audit.Resultado = AuditFalhou
 		s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
 	}
-	if r.Status >= 200 && r.Status < 300 {
+	if r.Succeeded() {
 		// A success: active again, failing period over, circuit closed,
 		// in the transaction that records the verification.
 		if err := integrators.reactivate(ctx, id, audit); err != nil {

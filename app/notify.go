@@ -86,7 +86,5 @@ type AttemptLog interface {
 	MaxAttemptID(ctx context.Context) (int64, error)
 }
 
-// Succeeded says the receiver accepted the attempt (2xx).
-func (a Attempt) Succeeded() bool {
-	return a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
-}
+// Succeeded says the receiver accepted the attempt.
+func (a Attempt) Succeeded() bool { return a.Erro == "" && accepted(a.StatusCode) }

@@ -35,6 +35,13 @@ type SendResult struct {
 	Transport bool
 }
 
+// Succeeded says the receiver accepted the request.
+func (r SendResult) Succeeded() bool { return r.Err == nil && accepted(r.Status) }
+
+// accepted is the one rule of acceptance: any 2xx delivers (SPEC 6), the
+// dispatcher's attempts and the "verificar" ping alike.
+func accepted(status int) bool { return status >= 200 && status < 300 }
+
 // Sender posts a delivery to an integrator: the dispatcher's attempts and
 // the "verificar" ping go through the same one.
 type Sender interface {
@@ -112,7 +119,7 @@ func (s *HTTPSender) Send(ctx context.Context, in Integrator, req Request) SendR
 		r = s.post(ctx, in, req, second, first)
 		first = second
 	}
-	if r.Err == nil && r.Status >= 200 && r.Status < 300 && previous != nil {
+	if r.Succeeded() && previous != nil {
 		s.accept(in.ID, first)
 	}
 	return r

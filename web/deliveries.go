@@ -92,8 +92,7 @@ func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 		s.Fail(w, r, err)
 		return
 	}
-	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
-	writeJSON(w, http.StatusOK, map[string]any{"verificado": ok, "tentativa": a})
+	writeJSON(w, http.StatusOK, map[string]any{"verificado": a.Succeeded(), "tentativa": a})
 }
 
 // retryIntegrator is "Tentar agora" for an integrator: its circuit closes

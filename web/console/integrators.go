@@ -390,7 +390,7 @@ func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	ok := a.Erro == "" && a.StatusCode >= 200 && a.StatusCode < 300
+	ok := a.Succeeded()
 	v := &verification{OK: ok, Reactivated: ok && !before.Ativo, Attempt: a}
 	c.showIntegrator(w, r, http.StatusOK, after, editFormOf(after), v)
 }
