@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // Papel is a role. Each route names the roles it admits (least privilege).
@@ -85,6 +84,8 @@ type AuthStore interface {
 type Auth struct {
 	Store AuthStore
 	Now   func() time.Time
+	// PasswordCost is bcrypt's cost for the admin's password (0: the default).
+	PasswordCost int
 
 	// cache maps a token hash to its record for tokenCacheTTL: every API
 	// request authenticates, and the lookup costs more than the publish.
@@ -179,7 +180,7 @@ func (a *Auth) EnsureAdmin(ctx context.Context, password string) (string, bool, 
 	if password == "" {
 		password = randomString(18)
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	hash, err := hashPassword(password, a.PasswordCost)
 	if err != nil {
 		return "", false, err
 	}

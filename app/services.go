@@ -62,6 +62,9 @@ type Deps struct {
 	// consumers and the stats loop, and Ready does not ask for it. For tests
 	// that put deliveries where they want them and look at the rows.
 	NoDispatch bool
+	// PasswordCost is bcrypt's cost for operators' passwords (0: bcrypt's
+	// default). The test kits lower it.
+	PasswordCost int
 }
 
 // Services is the service graph, built once by New for `geohub serve` and
@@ -150,8 +153,8 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Logger:      d.Logger,
 		Metrics:     metrics,
 		Registry:    registry,
-		Auth:        &Auth{Store: db, Now: d.Now},
-		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: DeriveCSRFKey(d.MasterKey)},
+		Auth:        &Auth{Store: db, Now: d.Now, PasswordCost: d.PasswordCost},
+		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: DeriveCSRFKey(d.MasterKey), PasswordCost: d.PasswordCost},
 		Integrators: integrators,
 		Publisher:   publisher,
 		Commands:    &Commands{Publisher: publisher, Log: db, Key: DeriveCommandKey(d.MasterKey), Now: d.Now},

@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // SessionStore keeps console sessions and operator accounts.
@@ -70,11 +69,9 @@ type Sessions struct {
 	CSRFKey []byte
 	// TTL is how long a session lasts; default DefaultSessionTTL.
 	TTL time.Duration
+	// PasswordCost is bcrypt's cost for new passwords (0: the default).
+	PasswordCost int
 }
-
-// dummyHash is compared against when a login does not exist, so a wrong
-// login costs as much time as a wrong password and reveals nothing.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("geohub-no-such-operator"), bcrypt.DefaultCost)
 
 // errBadLogin is the one answer to a wrong login or password: no user
 // enumeration.
@@ -109,14 +106,14 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 		return "", Operator{}, err
 	}
 	if err != nil {
-		bcrypt.CompareHashAndPassword(dummyHash, []byte(senha))
+		spendPasswordCheck(senha, s.PasswordCost)
 		// What was typed is not kept: a login that names no account may
 		// well be a password typed in the wrong field.
 		s.loginFailed(ctx, Actor{Tipo: ActorAnonimo, Endereco: client}, "login desconhecido")
 		return "", Operator{}, errBadLogin
 	}
 	who := Actor{Tipo: ActorOperador, ID: o.ID, Nome: o.Login, Papel: o.Papel, Endereco: client}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(senha)) != nil {
+	if !passwordMatches(hash, senha) {
 		s.loginFailed(ctx, who, "senha incorreta")
 		return "", Operator{}, errBadLogin
 	}
@@ -255,7 +252,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	if err != nil {
 		return err
 	}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(atual)) != nil {
+	if !passwordMatches(hash, atual) {
 		return &Error{Code: EInvalid, Message: "senha atual incorreta",
 			Details: []Detail{{"/atual", "senha atual incorreta"}}}
 	}
@@ -265,7 +262,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	if err := checkPassword("/nova", nova); err != nil {
 		return err
 	}
-	newHash, err := bcrypt.GenerateFromPassword([]byte(nova), bcrypt.DefaultCost)
+	newHash, err := hashPassword(nova, s.PasswordCost)
 	if err != nil {
 		return err
 	}
@@ -282,7 +279,7 @@ func (s *Sessions) ResetPassword(ctx context.Context, actorID string, o Operator
 	audit := NewAudit(ctx, AcaoOperadorSenhaRedefinir, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
 	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	senha := randomString(18)
-	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
+	hash, err := hashPassword(senha, s.PasswordCost)
 	if err != nil {
 		return "", err
 	}
@@ -320,7 +317,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha str
 	if len(bad) > 0 {
 		return Operator{}, &Error{Code: EInvalid, Message: "dados do operador inválidos", Details: bad}
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(senha), bcrypt.DefaultCost)
+	hash, err := hashPassword(senha, s.PasswordCost)
 	if err != nil {
 		return Operator{}, err
 	}

@@ -8,14 +8,16 @@ import (
 
 	"geohub/app"
 	"geohub/store/storetest"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 func sessionsSetup(t *testing.T) (*app.Sessions, *fakeClock) {
 	t.Helper()
 	db := storetest.Open(t, time.Now)
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32))}
-	auth := &app.Auth{Store: db, Now: clock.Now}
+	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32)), PasswordCost: bcrypt.MinCost}
+	auth := &app.Auth{Store: db, Now: clock.Now, PasswordCost: bcrypt.MinCost}
 	if _, _, err := auth.EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
@@ -22,7 +23,7 @@ import (
 
 // Options are what a kit varies. Deps.Store is the kit's own database;
 // every other Deps field is passed to app.New as given, except that a nil
-// MasterKey is 32 zero bytes and a nil Registerer a fresh registry (the
+// MasterKey is 32 zero bytes, a zero PasswordCost bcrypt's least and a nil Registerer a fresh registry (the
 // Kit's Gatherer), so metrics are recorded as in production.
 type Options struct {
 	app.Deps
@@ -74,6 +75,11 @@ func New(t testing.TB, o Options) *Kit {
 	d.Store = db
 	if d.MasterKey == nil {
 		d.MasterKey = make([]byte, 32)
+	}
+	if d.PasswordCost == 0 {
+		// bcrypt's least: the default costs most of a second a hash under
+		// the race detector, and many tests sign in.
+		d.PasswordCost = bcrypt.MinCost
 	}
 	k := &Kit{DB: db}
 	if d.Registerer == nil {
