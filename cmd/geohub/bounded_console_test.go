@@ -52,7 +52,7 @@ func TestConsoleShowsADeepStoredEventWithinBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := startServer(t, data)
+	srv := startBinary(t, plainBinary, data)
 	const views = 3
 	clients := make([]*http.Client, views)
 	for i := range clients {

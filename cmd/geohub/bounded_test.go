@@ -400,6 +400,9 @@ func TestBytesCutPagesReadEveryEventOnce(t *testing.T) {
 // No assertion on how soon: only that it happens within a generous bound,
 // and that what the client then reads stops short of a whole answer.
 func TestAStalledReaderIsCutAtTheWriteDeadline(t *testing.T) {
+	// Parallel: this test waits out the write deadlines, over a minute of wall
+	// time with next to no CPU; the browser tests run beside it.
+	t.Parallel()
 	s := startBounded(t)
 	for range 12 {
 		s.publishBig(t, bigText)

@@ -19,8 +19,12 @@ import (
 const adminPassword = "senha-de-teste-123" // startServer's GEOHUB_ADMIN_PASSWORD
 
 // browser opens a headless chromium at the console's usual screen size.
+// It is the first call of a top-level test, which it makes parallel: a
+// browser test waits on chromium and the server more than it computes,
+// and runs beside TestAStalledReaderIsCutAtTheWriteDeadline's idle minute.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	t.Parallel()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		if os.Getenv("GEOHUB_REQUIRE_BROWSER") == "1" {
@@ -76,17 +80,19 @@ func login(t *testing.T, ctx context.Context, base, user, password string) {
 	)
 }
 
-// screenshot saves the page as it looks at 1366x768, for a person to review:
-// into $GEOHUB_SCREENSHOTS when set, else into the test's temp dir.
+// screenshot saves the page as it looks at 1366x768 into
+// $GEOHUB_SCREENSHOTS, for a person to review; without it, nothing: no
+// test reads a screenshot, and each cost a pause and a capture.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	dir := os.Getenv("GEOHUB_SCREENSHOTS")
 	if dir == "" {
-		dir = t.TempDir()
+		return
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Wall time on purpose: transitions and fonts finish for the reviewer.
 	do(t, ctx, "settle before "+name, chromedp.Sleep(300*time.Millisecond))
 	png := get(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot())
 	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {

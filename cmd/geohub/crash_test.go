@@ -100,7 +100,7 @@ func setFileSizeLimit(pid int, limit uint64) error {
 
 // launch describes one start of the binary.
 type launch struct {
-	bin   string              // default: buildBinary()
+	bin   string              // default: plainBinary()
 	data  string              // --data
 	flags []string            // more serve flags
 	cred  *syscall.Credential // run as this user (nil: as the test)
@@ -153,7 +153,7 @@ func (l launch) start(t *testing.T) *child {
 	bin := l.bin
 	if bin == "" {
 		var err error
-		if bin, err = buildBinary(); err != nil {
+		if bin, err = plainBinary(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +278,7 @@ func cli(t *testing.T, cred *syscall.Credential, bin string, args ...string) (st
 // such mechanism.
 func unprivileged(t *testing.T) (*syscall.Credential, string, string) {
 	t.Helper()
-	bin, err := buildBinary()
+	bin, err := plainBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
