@@ -1,6 +1,3 @@
-// Package app is Geohub's domain: events, the registry, publishing,
-// in-process consumers and their dead-letter queue, tokens and roles. It owns
-// the interfaces the store implements and imports neither store nor web.
 package app
 
 import (
