@@ -61,6 +61,7 @@ func setup(t *testing.T, loc string, subscribe func(*app.Consumers)) *bundle {
 		// In Tune, not Subscribe, so that a HandlerTimeout subscribe sets
 		// wins over this default.
 		Tune: func(s *app.Services) {
+			s.Consumers.Signals.Init()
 			s.Consumers.HandlerTimeout = 2 * time.Second
 			if subscribe != nil {
 				subscribe(s.Consumers)
@@ -119,17 +120,32 @@ func (b *bundle) count(t *testing.T) int64 {
 	return n
 }
 
-// waitFor polls cond until it holds or a generous deadline passes: consumers
-// run on their own goroutines, and the test waits on their effect.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor re-checks cond each time one of signals (at most three) is
+// raised, until it holds; after 10 s it fails the test, saying what it
+// waited for.
+func waitFor[T any](t *testing.T, what string, cond func() bool, signals ...*app.Signal[T]) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	var on [3]<-chan T
+	for i, s := range signals {
+		on[i] = s.C()
+	}
+	timeout := time.After(10 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-on[0]:
+		case <-on[1]:
+		case <-on[2]:
+		case <-timeout:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// consumed waits until cond holds, re-checking it whenever c's consumers
+// handle an event, dead-letter one or save a cursor.
+func consumed(t *testing.T, c *app.Consumers, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, what, cond, &c.Signals.Handled, &c.Signals.DeadLettered, &c.Signals.Saved)
 }
 
 // dlqSpy watches the status moves the consumers ask of the real store.
@@ -187,7 +203,7 @@ func TestPublish(t *testing.T) {
 		if got := string(ev.Payload); !strings.Contains(got, `"cpf":"hmac-sha256:`) || strings.Contains(got, "12345678901") {
 			t.Fatalf("the returned record must be the redacted one: %s", got)
 		}
-		waitFor(t, "handler", func() bool { return len(rec.events()) == 1 })
+		consumed(t, b.consumers, "handler", func() bool { return len(rec.events()) == 1 })
 		if got := string(rec.events()[0].Payload); got != `{"n":7,"cpf":"12345678901"}` {
 			t.Fatalf("live consumer got %s, want the full payload", got)
 		}
@@ -224,7 +240,7 @@ func TestPublish(t *testing.T) {
 			t.Fatalf("repeat returned %+v, want the first record", again)
 		}
 		b.publish(t, reqA(2)) // a later event proves the consumer moved past the repeat
-		waitFor(t, "handler", func() bool { return len(rec.events()) == 2 })
+		consumed(t, b.consumers, "handler", func() bool { return len(rec.events()) == 2 })
 		if b.count(t) != 2 {
 			t.Fatalf("count %d, want 2", b.count(t))
 		}
@@ -388,11 +404,11 @@ func TestConsumers(t *testing.T) {
 			c.Subscribe("teste:a", "panico", "panicoHandler", panicky.handle)
 		})
 		ev := b.publish(t, reqA(1))
-		waitFor(t, "two DLQ entries", func() bool {
+		consumed(t, b.consumers, "two DLQ entries", func() bool {
 			st, _ := b.audit.DLQ(t.Context())
 			return st.TotalPendentes == 2
 		})
-		waitFor(t, "good handler", func() bool { return len(good.events()) == 1 })
+		consumed(t, b.consumers, "good handler", func() bool { return len(good.events()) == 1 })
 		st, _ := b.audit.DLQ(t.Context())
 		if st.PendentesPorColonia["ruim"] != 1 || st.PendentesPorColonia["panico"] != 1 {
 			t.Fatalf("per colonia %v", st.PendentesPorColonia)
@@ -429,7 +445,7 @@ func TestConsumers(t *testing.T) {
 			c.Subscribe("teste:a", "lenta", "h", stuckHandler)
 		})
 		b.publish(t, reqA(1))
-		waitFor(t, "timeout entry", func() bool {
+		consumed(t, b.consumers, "timeout entry", func() bool {
 			st, _ := b.audit.DLQ(t.Context())
 			return st.TotalPendentes == 1 && strings.Contains(st.Entradas[0].MensagemErro, "timed out")
 		})
@@ -451,7 +467,7 @@ func TestConsumers(t *testing.T) {
 		})
 		first := b.publish(t, reqA(1))
 		second := b.publish(t, reqA(2))
-		waitFor(t, "the next event handled", func() bool { return len(rec.events()) == 2 })
+		consumed(t, b.consumers, "the next event handled", func() bool { return len(rec.events()) == 2 })
 		if got := rec.events()[1].EventID; got != second.EventID {
 			t.Fatalf("handled %s second, want %s", got, second.EventID)
 		}
@@ -462,7 +478,7 @@ func TestConsumers(t *testing.T) {
 		// The third event reaches the handler while the first is still
 		// stuck in it; shutdown does not wait for that one either.
 		b.publish(t, reqA(3))
-		waitFor(t, "the third event handled", func() bool { return len(rec.events()) == 3 })
+		consumed(t, b.consumers, "the third event handled", func() bool { return len(rec.events()) == 3 })
 		stopped := make(chan struct{})
 		go func() { b.kit.Stop(); close(stopped) }()
 		select {
@@ -475,7 +491,7 @@ func TestConsumers(t *testing.T) {
 		rec := &recorder{fail: func(app.Event) error { return errors.New("still down") }}
 		b := setup(t, "", func(c *app.Consumers) { c.Subscribe("teste:a", "col", "h", rec.handle) })
 		ev := b.publish(t, reqA(1))
-		waitFor(t, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
+		consumed(t, b.consumers, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
 		for attempt := 2; attempt <= app.MaxDLQAttempts; attempt++ {
 			b.clock.Add(app.ReprocessInterval)
 			res, err := b.consumers.ReprocessDLQ(t.Context(), "col")
@@ -516,7 +532,7 @@ func TestConsumers(t *testing.T) {
 			c.Subscribe("teste:a", "col", "h", rec.handle)
 		})
 		ev := b.publish(t, reqA(1))
-		waitFor(t, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
+		consumed(t, b.consumers, "DLQ entry", func() bool { st, _ := b.audit.DLQ(t.Context()); return st.TotalPendentes == 1 })
 		if st, _ := b.audit.DLQ(t.Context()); st.Entradas[0].Status != app.DLQPendente || st.Entradas[0].EventID != ev.EventID {
 			t.Fatalf("DLQ entry %+v, want pendente for %s", st.Entradas[0], ev.EventID)
 		}
@@ -569,7 +585,7 @@ func TestConsumers(t *testing.T) {
 		b := setup(t, loc, sub)
 		evA := b.publish(t, reqA(1))
 		evB := b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: json.RawMessage(`{}`)})
-		waitFor(t, "B handled and A failed", func() bool {
+		consumed(t, b.consumers, "B handled and A failed", func() bool {
 			st, _ := b.audit.DLQ(t.Context())
 			cur, _ := b.db.Cursors(t.Context(), "col")
 			return len(recB.events()) == 1 && st.TotalPendentes == 1 && cur["teste:b"] == evB.Sequence
@@ -586,11 +602,11 @@ func TestConsumers(t *testing.T) {
 			c.Subscribe("teste:a", "col", "hA", recA2.handle)
 			c.Subscribe("teste:b", "col", "hB", recB2.handle)
 		})
-		waitFor(t, "replay of A", func() bool { return len(recA2.events()) == 1 })
+		consumed(t, b2.consumers, "replay of A", func() bool { return len(recA2.events()) == 1 })
 		if recA2.events()[0].EventID != evA.EventID {
 			t.Fatal("replay delivered the wrong event")
 		}
-		waitFor(t, "DLQ resolved", func() bool { st, _ := b2.audit.DLQ(t.Context()); return st.TotalPendentes == 0 })
+		consumed(t, b2.consumers, "DLQ resolved", func() bool { st, _ := b2.audit.DLQ(t.Context()); return st.TotalPendentes == 0 })
 		if n := len(recB2.events()); n != 0 {
 			t.Fatalf("B was replayed %d events although its cursor was current", n)
 		}
@@ -608,7 +624,7 @@ func TestConsumers(t *testing.T) {
 			t.Fatalf("seeded cursor %d, want 2", cur["teste:a"])
 		}
 		b2.publish(t, reqA(3))
-		waitFor(t, "live event", func() bool { return len(rec.events()) == 1 })
+		consumed(t, b2.consumers, "live event", func() bool { return len(rec.events()) == 1 })
 		if rec.events()[0].Sequence != 3 {
 			t.Fatal("a new consumer replayed history")
 		}
@@ -639,7 +655,7 @@ func TestConsumers(t *testing.T) {
 		}
 		wg.Wait()
 		close(release)
-		waitFor(t, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
+		consumed(t, b.consumers, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seqs) != n {
@@ -680,7 +696,7 @@ func TestALaggingConsumerHoldsBoundedBytes(t *testing.T) {
 		b.publish(t, app.PublishRequest{Tipo: "teste:b", Origem: "t", Payload: big})
 	}
 	close(release)
-	waitFor(t, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
+	consumed(t, b.consumers, "catch-up", func() bool { mu.Lock(); defer mu.Unlock(); return len(seqs) >= n })
 	mu.Lock()
 	defer mu.Unlock()
 	for i, s := range seqs {

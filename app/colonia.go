@@ -268,6 +268,7 @@ func (k *consumer) save(ctx context.Context) error {
 	}
 	for tipo, seq := range k.done {
 		k.cursors[tipo] = seq
+		k.parent.Signals.Saved.raise(Consumed{Colonia: k.colonia, Tipo: tipo, Sequence: seq})
 	}
 	k.done = map[string]int64{}
 	k.parent.announce(ctx)

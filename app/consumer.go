@@ -57,6 +57,8 @@ type Consumers struct {
 	// Announcer, when set, tells the other replicas after each save of the
 	// cursors that the read models changed (see ConsumedAnnouncer).
 	Announcer ConsumedAnnouncer
+	// Signals are test hooks; see ConsumerSignals.
+	Signals ConsumerSignals
 
 	mu       sync.Mutex
 	colonias map[string]*consumer

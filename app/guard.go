@@ -74,6 +74,7 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 	switch {
 	case out.err == nil:
 		c.Metrics.handled(sub.colonia, "ok")
+		c.Signals.Handled.raise(consumed(sub, ev))
 		return nil
 	case out.err == errAbandoned:
 		c.Metrics.handled(sub.colonia, "abandonado")
@@ -91,5 +92,10 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 		c.Logger.Error("record DLQ entry failed", "colonia", sub.colonia, "event_id", ev.EventID, "err", err)
 		return fmt.Errorf("%w: %w", errUnrecorded, out.err)
 	}
+	c.Signals.DeadLettered.raise(consumed(sub, ev))
 	return out.err
+}
+
+func consumed(sub subscription, ev Event) Consumed {
+	return Consumed{Colonia: sub.colonia, Tipo: ev.Tipo, EventID: ev.EventID, Sequence: ev.Sequence}
 }

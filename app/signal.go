@@ -23,6 +23,10 @@ func (s *Signal[T]) raise(v T) {
 	}
 }
 
+// C is the channel values are raised on (nil before Init), for a test
+// that waits on several signals at once.
+func (s *Signal[T]) C() <-chan T { return s.ch }
+
 // Wait returns the next value raised, or false after timeout.
 func (s *Signal[T]) Wait(timeout time.Duration) (T, bool) {
 	t := time.NewTimer(timeout)
@@ -44,6 +48,30 @@ type DispatchSignals struct {
 	Claimed Signal[[]Delivery]
 	// Circuit: an integrator's breaker opened or closed.
 	Circuit Signal[CircuitChange]
+}
+
+// ConsumerSignals are the in-process consumers' test hooks.
+type ConsumerSignals struct {
+	// Handled: a handler returned nil for an event.
+	Handled Signal[Consumed]
+	// DeadLettered: a handler's failure was recorded in the DLQ.
+	DeadLettered Signal[Consumed]
+	// Saved: a colonia's cursor of one type was written, up to Sequence.
+	Saved Signal[Consumed]
+}
+
+// Consumed is what a consumer did with one event of a colonia (for Saved,
+// the type's cursor: no EventID).
+type Consumed struct {
+	Colonia, Tipo, EventID string
+	Sequence               int64
+}
+
+// Init records all three.
+func (s *ConsumerSignals) Init() {
+	s.Handled.Init()
+	s.DeadLettered.Init()
+	s.Saved.Init()
 }
 
 // CircuitChange is a breaker opening or closing.
