@@ -120,32 +120,11 @@ func (b *bundle) count(t *testing.T) int64 {
 	return n
 }
 
-// waitFor re-checks cond each time one of signals (at most three) is
-// raised, until it holds; after 10 s it fails the test, saying what it
-// waited for.
-func waitFor[T any](t *testing.T, what string, cond func() bool, signals ...*app.Signal[T]) {
-	t.Helper()
-	var on [3]<-chan T
-	for i, s := range signals {
-		on[i] = s.C()
-	}
-	timeout := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-on[0]:
-		case <-on[1]:
-		case <-on[2]:
-		case <-timeout:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // consumed waits until cond holds, re-checking it whenever c's consumers
 // handle an event, dead-letter one or save a cursor.
 func consumed(t *testing.T, c *app.Consumers, what string, cond func() bool) {
 	t.Helper()
-	waitFor(t, what, cond, &c.Signals.Handled, &c.Signals.DeadLettered, &c.Signals.Saved)
+	storetest.Await(t, what, cond, &c.Signals.Handled, &c.Signals.DeadLettered, &c.Signals.Saved)
 }
 
 // dlqSpy watches the status moves the consumers ask of the real store.

@@ -338,6 +338,7 @@ func TestFaultSlowReceiverWithinTheTimeoutSucceeds(t *testing.T) {
 	// kit's 300 ms timeout.
 	rc := newFaultReceiver(t, func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body)
+		// Wall time on purpose: the client's real timeout is what is tested.
 		time.Sleep(40 * time.Millisecond)
 		w.WriteHeader(200)
 		for range 4 {

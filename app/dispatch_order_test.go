@@ -39,6 +39,8 @@ func TestABurstArrivesInSequenceOrderPerAggregate(t *testing.T) {
 		}
 		last[agg] = seq
 		mu.Unlock()
+		// Wall time on purpose: a receiver that takes a random while keeps
+		// requests of other aggregates in flight together.
 		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 		mu.Lock()
 		inFlight[agg]--

@@ -120,7 +120,7 @@ func testFreedRow(t *testing.T, attemptsOnly bool) {
 	if attemptsOnly {
 		b.Remote(app.Wakeup{Attempts: true})
 	}
-	waitFor(t, "B to claim the row A's outcome freed", func() bool { return got(second) }, &b.Dispatcher.Signals.Recorded)
+	storetest.Await(t, "B to claim the row A's outcome freed", func() bool { return got(second) }, &b.Dispatcher.Signals.Recorded)
 }
 
 // stalledRenewals is a real election whose renewals hang without regard

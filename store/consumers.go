@@ -137,7 +137,14 @@ func (db *DB) DLQOpen(ctx context.Context, colonia string, limit int) ([]app.DLQ
 // DLQStats implements app.ConsumerStore.
 func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
 	st := app.DLQStats{PendentesPorColonia: map[string]int{}}
-	rows, err := db.read.QueryContext(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
+	// One snapshot for the counts and the entries: a failure recorded
+	// between two reads showed an entry under no colônia.
+	tx, err := db.read.BeginTx(ctx, nil)
+	if err != nil {
+		return st, fmt.Errorf("DLQ stats: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
 		WHERE status IN ('pendente', 'retrying') GROUP BY colonia`)
 	if err != nil {
 		return st, fmt.Errorf("DLQ stats: %w", err)
@@ -155,7 +162,7 @@ func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
 	if err := rows.Err(); err != nil {
 		return st, err
 	}
-	entries, err := db.read.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+	entries, err := tx.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
 		WHERE status IN ('pendente', 'retrying') ORDER BY id DESC LIMIT ?`, limit)
 	if err != nil {
 		return st, err

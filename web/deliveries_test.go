@@ -40,7 +40,10 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 			Policy:  app.CallbackPolicy{Insecure: true, Resolver: apiResolver},
 			Version: "teste", AutoDisable: app.DefaultAutoDisable, ReapOnStart: true},
 		// A fixed jitter (0.5 adds nothing) makes the backoff exact.
-		Tune: func(s *app.Services) { s.Dispatcher.Jitter = func() float64 { return 0.5 } },
+		Tune: func(s *app.Services) {
+			s.Dispatcher.Jitter = func() float64 { return 0.5 }
+			s.Dispatcher.Signals.Recorded.Init()
+		},
 	})
 	db, auth, integrators, dispatcher := k.DB, k.Auth, k.Integrators, k.Dispatcher
 
@@ -144,16 +147,11 @@ func delCheckSigned(t *testing.T, r delRequest, secret string) {
 	}
 }
 
-// delWaitFor polls cond until it holds.
-func delWaitFor(t *testing.T, what string, cond func() bool) {
+// waitRecorded re-checks cond each time the dispatcher commits a round's
+// outcomes, until it holds.
+func (e *delEnv) waitRecorded(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	storetest.Await(t, what, cond, &e.Dispatcher.Signals.Recorded)
 }
 
 // delRegisterTypes registers the fixtures, teste:livre and teste:todos (a
@@ -221,7 +219,7 @@ func (e *delEnv) delOne(t *testing.T, eventID, integrador string) app.Delivery {
 func (e *delEnv) delWaitStatus(t *testing.T, eventID, integrador, status string) app.Delivery {
 	t.Helper()
 	var d app.Delivery
-	delWaitFor(t, fmt.Sprintf("delivery of %s to %s to be %s", eventID, integrador, status), func() bool {
+	e.waitRecorded(t, fmt.Sprintf("delivery of %s to %s to be %s", eventID, integrador, status), func() bool {
 		d = e.delOne(t, eventID, integrador)
 		return d.Status == status
 	})
@@ -310,7 +308,7 @@ func TestDeliveriesListFiltersAndPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	const total = 2 * (n + 5)
-	delWaitFor(t, "every delivery", func() bool { return env.delList(t, "status=entregue&limite=1").Total == total })
+	env.waitRecorded(t, "every delivery", func() bool { return env.delList(t, "status=entregue&limite=1").Total == total })
 	if len(ra.delRequests()) != n+5 || len(rb.delRequests()) != n+5 {
 		t.Fatalf("receivers got %d and %d requests, want %d each", len(ra.delRequests()), len(rb.delRequests()), n+5)
 	}
@@ -581,7 +579,7 @@ func TestDeliveriesBulkResend(t *testing.T) {
 	a := env.delCreateIntegrator(t, ra, "CAD Polícia")
 	b := env.delCreateIntegrator(t, rb, "CAD Bombeiros")
 	evs := []app.Event{env.delPublish(t, "lote:1", 1), env.delPublish(t, "lote:1", 2), env.delPublish(t, "lote:2", 3)}
-	delWaitFor(t, "dead letters and deliveries", func() bool {
+	env.waitRecorded(t, "dead letters and deliveries", func() bool {
 		return env.delList(t, "status=falhou&integrador="+a.ID).Total == 3 &&
 			env.delList(t, "status=entregue&integrador="+b.ID).Total == 3
 	})
@@ -613,7 +611,7 @@ func TestDeliveriesBulkResend(t *testing.T) {
 	ra.delSet(http.StatusNoContent, "")
 	env.run(t, apiScenario{method: http.MethodPost, route: route, role: app.PapelOperador,
 		body: map[string]any{"integrador": a.ID, "status": "falhou"}, status: 200, contains: []string{`"reenviadas":3`}})
-	delWaitFor(t, "the resent deliveries", func() bool {
+	env.waitRecorded(t, "the resent deliveries", func() bool {
 		return env.delList(t, "status=entregue&integrador="+a.ID).Total == 3
 	})
 	if p := env.delList(t, "status=falhou"); p.Total != 0 {
@@ -790,7 +788,7 @@ func TestAnInactiveIntegratorReceivesNothingUntilReactivated(t *testing.T) {
 	ra.delSet(http.StatusServiceUnavailable, "")
 	e3 := env.delPublish(t, "lote:1", 3)
 	published := env.Clock.Now()
-	delWaitFor(t, "the failed first attempt", func() bool { return env.delOne(t, e3.EventID, a.ID).Tentativas == 1 })
+	env.waitRecorded(t, "the failed first attempt", func() bool { return env.delOne(t, e3.EventID, a.ID).Tentativas == 1 })
 	d3 := env.delOne(t, e3.EventID, a.ID)
 	if d3.Status != app.EntregaPendente || !d3.ProximaTentativa.Equal(published.Add(time.Minute)) || d3.UltimoStatus != 503 {
 		t.Fatalf("after a 503: %+v (want a retry one minute later)", d3)

@@ -66,7 +66,7 @@ func TestEventsAndDeliveriesPageByKeysetWhileRowsArrive(t *testing.T) {
 		t.Fatalf("oldest first: %v (want %d distinct, ascending)", got, before)
 	}
 
-	delWaitFor(t, "every delivery", func() bool {
+	env.waitRecorded(t, "every delivery", func() bool {
 		return env.delList(t, "status=entregue&integrador="+a.ID).Total == before
 	})
 	id := func(d app.Delivery) int64 { return d.ID }

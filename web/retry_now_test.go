@@ -17,7 +17,7 @@ func TestRetryNowRoutes(t *testing.T) {
 	rc := delNewReceiver(t, http.StatusServiceUnavailable)
 	a := env.delCreateIntegrator(t, rc, "CAD Polícia")
 	ev := env.delPublish(t, "lote:1", 1)
-	delWaitFor(t, "a failed attempt", func() bool { return len(rc.delRequests()) == 1 })
+	env.waitRecorded(t, "a failed attempt", func() bool { return len(rc.delRequests()) == 1 })
 	del := env.delOne(t, ev.EventID, a.ID)
 	one := "/api/entregas/" + strconv.FormatInt(del.ID, 10) + "/tentar-agora"
 	all := "/api/integradores/" + a.ID + "/tentar-agora"
@@ -38,7 +38,7 @@ func TestRetryNowRoutes(t *testing.T) {
 	rc.delSet(http.StatusNoContent, "")
 	env.run(t, apiScenario{method: http.MethodPost, route: one, role: app.PapelOperador, status: 200,
 		contains: []string{`"status":"pendente"`}})
-	delWaitFor(t, "the delivery tried now", func() bool {
+	env.waitRecorded(t, "the delivery tried now", func() bool {
 		return env.delOne(t, ev.EventID, a.ID).Status == app.EntregaEntregue
 	})
 	env.run(t, apiScenario{method: http.MethodPost, route: one, role: app.PapelOperador, status: 409, codigo: app.EConflict})

@@ -39,7 +39,7 @@ func TestAPITimestampsHaveMilliseconds(t *testing.T) {
 	rc := delNewReceiver(t, http.StatusNoContent)
 	a := env.delCreateIntegrator(t, rc, "CAD Polícia")
 	env.delPublish(t, "lote:1", 1)
-	delWaitFor(t, "a delivery", func() bool { return env.delList(t, "status=entregue").Total == 1 })
+	env.waitRecorded(t, "a delivery", func() bool { return env.delList(t, "status=entregue").Total == 1 })
 	var seen []string
 	for _, route := range []string{"/api/integradores", "/api/integradores/" + a.ID, "/api/events", "/api/entregas",
 		"/api/entregas/1", "/api/registro"} {

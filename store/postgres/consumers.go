@@ -155,7 +155,14 @@ func (db *DB) DLQOpen(ctx context.Context, colonia string, limit int) ([]app.DLQ
 // DLQStats implements app.ConsumerStore and app.StatsStore.
 func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
 	st := app.DLQStats{PendentesPorColonia: map[string]int{}}
-	rows, err := db.read.Query(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
+	// One snapshot for the counts and the entries: a failure recorded
+	// between two reads showed an entry under no colônia.
+	tx, err := db.read.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return st, fmt.Errorf("DLQ stats: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
 		WHERE status IN ('pendente', 'retrying') GROUP BY colonia`)
 	if err != nil {
 		return st, fmt.Errorf("DLQ stats: %w", err)
@@ -174,7 +181,7 @@ func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
 	if err := rows.Err(); err != nil {
 		return st, err
 	}
-	entries, err := db.read.Query(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
+	entries, err := tx.Query(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
 		WHERE status IN ('pendente', 'retrying') ORDER BY id DESC LIMIT $1`, limit)
 	if err != nil {
 		return st, err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/store/storetest"
 )
 
 // receiver is a CAD endpoint whose answer the test changes.
@@ -49,15 +50,11 @@ func (b *tailBench) operator(t *testing.T, login string, papel app.Papel) (*http
 	return loginAs(t, b, login, senha)
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitRecorded re-checks cond each time the dispatcher commits a round's
+// outcomes, until it holds.
+func (b *tailBench) waitRecorded(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	storetest.Await(t, what, cond, &b.dispatcher.Signals.Recorded)
 }
 
 // flashOf follows a form's redirect and returns the confirmation it shows.
@@ -89,11 +86,11 @@ func TestIntegratorHealthAndTryNow(t *testing.T) {
 	for range 6 {
 		b.publish(t, iniciada("rh"))
 	}
-	waitUntil(t, "the circuit to open", func() bool {
+	storetest.Await(t, "the circuit to open", func() bool {
 		in, err := b.integrators.Get(context.Background(), failing.ID)
 		return err == nil && in.Circuito.Estado == app.CircuitoAberto
-	})
-	waitUntil(t, "the healthy CAD's deliveries", func() bool {
+	}, &b.dispatcher.Signals.Circuit)
+	b.waitRecorded(t, "the healthy CAD's deliveries", func() bool {
 		p, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: healthy.ID, Status: app.EntregaEntregue})
 		return p.Total == 6
 	})
@@ -176,7 +173,7 @@ func TestIntegratorHealthAndTryNow(t *testing.T) {
 		if !strings.Contains(msg, "circuito de CAD Defesa Civil fechado") || !strings.Contains(msg, "saem agora") {
 			t.Fatalf("notice %q", msg)
 		}
-		waitUntil(t, "the queue to be delivered", func() bool {
+		b.waitRecorded(t, "the queue to be delivered", func() bool {
 			p, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: failing.ID, Status: app.EntregaEntregue})
 			return p.Total == 6
 		})
@@ -209,7 +206,7 @@ func TestFailedDeliveryKeepsResend(t *testing.T) {
 	in := b.integrator(t, "CAD Bombeiros", cad.URL, nil, nil)
 	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
 	b.publish(t, iniciada("rh"))
-	waitUntil(t, "the dead letter", func() bool {
+	b.waitRecorded(t, "the dead letter", func() bool {
 		p, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaFalhou})
 		return p.Total == 1
 	})
@@ -345,7 +342,7 @@ func TestListsHoldStillWhileEventsArrive(t *testing.T) {
 		})
 	}
 
-	waitUntil(t, "the deliveries", func() bool {
+	b.waitRecorded(t, "the deliveries", func() bool {
 		p, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID, Status: app.EntregaEntregue})
 		q, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
 		return p.Total == q.Total

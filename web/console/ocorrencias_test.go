@@ -135,7 +135,10 @@ func submit(t *testing.T, b *ocBench, c *http.Client, csrf string, f pageForm, e
 // waitListed waits until the read model lists the ocorrência in status.
 func (b *ocBench) waitListed(t *testing.T, id, status string) ocorrencia.Summary {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// Subscribed before the first look: a fold between the two still wakes.
+	changed, unsubscribe := b.svc.Changed.Subscribe()
+	defer unsubscribe()
+	timeout := time.After(storetest.AwaitTimeout)
 	for {
 		l, err := b.svc.List(t.Context(), ocorrencia.Filter{})
 		if err != nil {
@@ -146,10 +149,11 @@ func (b *ocBench) waitListed(t *testing.T, id, status string) ocorrencia.Summary
 				return s
 			}
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timeout:
 			t.Fatalf("the read model never listed %s as %s: %+v", id, status, l.Linhas)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -32,24 +32,23 @@ func TestAPurgedDeadLetterSaysItCanNoLongerBeResent(t *testing.T) {
 	deadLetter := func() (app.Event, app.Delivery) {
 		t.Helper()
 		ev := b.publish(t, iniciada("rh"))
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			page, err := b.deliveries.List(ctx, app.DeliveryFilter{EventID: ev.EventID, Status: app.EntregaFalhou})
-			if err != nil {
+		var page app.Page[app.Delivery]
+		b.waitRecorded(t, "the delivery to dead-letter", func() bool {
+			var err error
+			if page, err = b.deliveries.List(ctx, app.DeliveryFilter{EventID: ev.EventID, Status: app.EntregaFalhou}); err != nil {
 				t.Fatal(err)
 			}
-			if len(page.Linhas) == 1 {
-				return ev, page.Linhas[0]
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the delivery did not dead-letter")
-			}
-		}
+			return len(page.Linhas) == 1
+		})
+		return ev, page.Linhas[0]
 	}
 	_, first := deadLetter()
 	// Only the first one's retention ends: the purge takes the dead letters
 	// older than cutoff, and the second one fails after it.
 	cutoff := time.Now().Add(2 * time.Millisecond)
-	time.Sleep(5 * time.Millisecond) // the second one's attempt ends after cutoff, at millisecond precision
+	// Wall time on purpose: the second one's attempt must end after cutoff,
+	// and the store keeps milliseconds.
+	time.Sleep(5 * time.Millisecond)
 	_, second := deadLetter()
 	if n, err := b.deliveries.Store.PurgeDeadLetters(ctx, cutoff); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)

@@ -31,6 +31,10 @@ type tailBench struct {
 	deliveries  *app.Deliveries
 	events      *app.Notifier
 	failing     atomic.Bool
+	// What the tests wait on: the dispatcher's rounds and breakers, the
+	// consumers' work.
+	dispatcher *app.Dispatcher
+	consumers  *app.Consumers
 }
 
 const benchAdminPassword = "senha-do-admin-1"
@@ -49,8 +53,14 @@ func newTailBench(t *testing.T) *tailBench {
 				return nil
 			})
 		},
+		Tune: func(s *app.Services) {
+			s.Dispatcher.Signals.Recorded.Init()
+			s.Dispatcher.Signals.Circuit.Init()
+			s.Consumers.Signals.Init()
+		},
 	})
 	b.pub, b.sessions, b.integrators, b.deliveries, b.events = k.Publisher, k.Sessions, k.Integrators, k.Deliveries, k.EventsChanged
+	b.dispatcher, b.consumers = k.Dispatcher, k.Consumers
 	c := newEdge(k, nil)
 	b.srv = httptest.NewServer(c)
 	t.Cleanup(func() {
@@ -460,14 +470,10 @@ func TestDLQPageAndReprocess(t *testing.T) {
 	}
 	b.failing.Store(true)
 	b.publish(t, encerrada())
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(page, "banco da folha fora do ar") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the failure never reached the DLQ page: %s", page)
-		}
-		time.Sleep(20 * time.Millisecond)
+	storetest.Await(t, "the failure on the DLQ page", func() bool {
 		_, page = get(t, admin, b.srv.URL+"/dlq")
-	}
+		return strings.Contains(page, "banco da folha fora do ar")
+	}, &b.consumers.Signals.DeadLettered)
 	if !strings.Contains(page, `name="colonia" value="folha"`) {
 		t.Fatal("an admin must see Reprocessar for the colônia")
 	}

@@ -1,0 +1,41 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"geohub/app"
+)
+
+// AwaitTimeout is how long Await waits before it fails the test: it only
+// matters when the awaited thing never happens, so it is generous enough
+// for a loaded 2-core machine.
+const AwaitTimeout = 30 * time.Second
+
+// Await re-checks cond each time one of signals (at most three, each
+// Init'ed before its service started) is raised, until cond holds; after
+// AwaitTimeout it fails the test, saying what it waited for. The tests of
+// the services wait so on what the services do, not on a clock.
+func Await[T any](tb testing.TB, what string, cond func() bool, signals ...*app.Signal[T]) {
+	tb.Helper()
+	if len(signals) > 3 {
+		panic("storetest.Await: at most three signals")
+	}
+	var on [3]<-chan T
+	for i, s := range signals {
+		if on[i] = s.C(); on[i] == nil {
+			panic("storetest.Await: a signal that was not Init'ed")
+		}
+	}
+	timeout := time.NewTimer(AwaitTimeout)
+	defer timeout.Stop()
+	for !cond() {
+		select {
+		case <-on[0]:
+		case <-on[1]:
+		case <-on[2]:
+		case <-timeout.C:
+			tb.Fatalf("timed out after %v waiting for %s", AwaitTimeout, what)
+		}
+	}
+}
