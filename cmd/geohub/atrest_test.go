@@ -117,6 +117,8 @@ type atRestCAD struct {
 	echo atomic.Bool
 	mu   sync.Mutex
 	got  []atRestArrival
+	// arrived rings after each request is recorded.
+	arrived bell
 }
 
 type atRestArrival struct {
@@ -135,6 +137,7 @@ func (c *atRestCAD) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.got = append(c.got, atRestArrival{eventID: r.Header.Get("X-Geohub-Evento-Id"), agregado: r.Header.Get("X-Geohub-Agregado"),
 		seq: seq, body: body, signed: r.Header.Get("X-Geohub-Assinatura") == app.Sign([]byte(secret), ts, body)})
 	c.mu.Unlock()
+	c.arrived.ring()
 	w.WriteHeader(int(c.answer.Load()))
 	if c.echo.Load() {
 		fmt.Fprintf(w, `{"erro":"servidor não cadastrado","nome":%q,"cpf":%q}`, atRestName, atRestCPF)
@@ -185,7 +188,7 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 	// Two receivers: one answers 400 (a protocol refusal: dead letter at
 	// once), the other is down (nothing listens on its port: the rows stay
 	// pendente, retrying).
-	refusing := &atRestCAD{}
+	refusing := &atRestCAD{arrived: newBell()}
 	refusing.answer.Store(http.StatusBadRequest)
 	refusing.echo.Store(true)
 	refusingLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -238,8 +241,7 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 		Status     string
 		Tentativas int
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, time.Minute, fmt.Sprintf("%d dead letters and %d pending rows tried", events, events), func() (bool, string) {
 		rows := listAll[row](t, client, base+"/api/entregas", token)
 		dead, waiting := 0, 0
 		for _, r := range rows {
@@ -250,14 +252,8 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 				waiting++
 			}
 		}
-		if dead == events && waiting == events && len(rows) == 2*events {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60 s: %d dead letters and %d pending rows tried, of %d each; rows: %+v", dead, waiting, events, rows)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return dead == events && waiting == events && len(rows) == 2*events, fmt.Sprintf("%d and %d; rows: %+v", dead, waiting, rows)
+	})
 
 	switch stop {
 	case "SIGTERM":
@@ -287,7 +283,7 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 		t.Fatalf("geohub did not restart:\n%s", srv.out)
 	}
 	base = "http://" + srv.addr
-	recovered := &atRestCAD{secret: downSecret}
+	recovered := &atRestCAD{secret: downSecret, arrived: newBell()}
 	recovered.answer.Store(http.StatusNoContent)
 	ln, err := net.Listen("tcp", downAddr)
 	if err != nil {
@@ -320,20 +316,13 @@ func testNoPersonalDataAtRest(t *testing.T, stop string) {
 		`{"integrador":"`+refusingID+`","status":"falhou"}`); err != nil || a.status != http.StatusOK || !strings.Contains(string(a.body), fmt.Sprintf(`"reenviadas":%d`, events)) {
 		t.Fatalf("bulk resend: %v %d %s", err, a.status, a.body)
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, time.Minute, fmt.Sprintf("%d deliveries entregue after the receivers recovered", 2*events), func() (bool, string) {
 		delivered, err := total(client, base+"/api/entregas?limite=1&status=entregue", token)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if delivered == 2*events {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries entregue 60 s after the receivers recovered:\n%s", delivered, 2*events, srv.out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return delivered == 2*events, fmt.Sprintf("%d entregue\n%s", delivered, srv.out)
+	})
 	for name, got := range map[string][]atRestArrival{"recovered": recovered.arrivals(), "refusing": refusing.arrivals()[before:]} {
 		seen := map[string]bool{}
 		for _, a := range got {

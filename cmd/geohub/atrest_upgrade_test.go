@@ -41,7 +41,7 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cad := &atRestCAD{}
+	cad := &atRestCAD{arrived: newBell()}
 	cad.answer.Store(http.StatusNoContent)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -81,13 +81,9 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 	if !srv.alive() {
 		t.Fatalf("geohub did not start:\n%s", srv.out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(cad.arrivals()) < events {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d upgraded deliveries arrived:\n%s", len(cad.arrivals()), events, srv.out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cad.arrived.await(t, 30*time.Second, fmt.Sprintf("%d upgraded deliveries", events), func() (bool, string) {
+		return len(cad.arrivals()) >= events, fmt.Sprintf("%d arrived\n%s", len(cad.arrivals()), srv.out)
+	})
 	srv.stop()
 	if !strings.Contains(srv.out.String(), "stored in clear; rewriting the database file") || !strings.Contains(srv.out.String(), "corpos=5 ") {
 		t.Errorf("the start does not say it sealed the clear bodies:\n%s", srv.out)

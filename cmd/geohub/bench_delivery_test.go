@@ -266,18 +266,11 @@ func benchDelNewReceiver() *benchDelReceiver {
 // wait blocks until n distinct events arrived, failing the benchmark when
 // arrivals stop for benchDelStall.
 func (rc *benchDelReceiver) wait(b *testing.B, n int) {
-	last, since := rc.count.Load(), time.Now()
-	for {
-		c := rc.count.Load()
-		if c >= int64(n) {
-			return
-		}
-		if c != last {
-			last, since = c, time.Now()
-		} else if time.Since(since) > benchDelStall {
+	// Arrival times come from the receiver, not from this poll.
+	for c := rc.count.Load(); c < int64(n); c = rc.count.Load() {
+		if !poll(benchDelStall, func() bool { return rc.count.Load() != c }) {
 			b.Fatalf("only %d of %d events arrived at the receiver (no progress for %s)", c, n, benchDelStall)
 		}
-		time.Sleep(2 * time.Millisecond) // arrival times come from the receiver, not from this poll
 	}
 }
 

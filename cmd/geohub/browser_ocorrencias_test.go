@@ -29,23 +29,6 @@ type receivedEnvelope struct {
 	} `json:"origem"`
 }
 
-// waitFor polls cond until it holds, failing the test with what last
-// showed when the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (last: %s)", what, within, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestConsoleOcorrencias is issue 14's acceptance in a browser: an operator
 // dispatches a vehicle and marks its arrival on a CAD's ocorrência; the CAD
 // simulator receives those events as somebody else's (not its echo) and its

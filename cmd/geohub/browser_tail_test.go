@@ -152,9 +152,8 @@ func TestConsoleLiveTails(t *testing.T) {
 		apiCall(t, client, "POST", base+"/api/integradores", admin,
 			`{"nome":"CAD Bombeiros","callback_url":"`+cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`)
 		_, id := publishRecord(t, client, srv.addr, producer, jornada(200))
-		deadline := time.Now().Add(15 * time.Second)
 		var delivery string
-		for delivery == "" {
+		waitFor(t, 15*time.Second, "the delivery to become a dead letter", func() (bool, string) {
 			var page struct {
 				Linhas []struct {
 					ID     string `json:"id"`
@@ -164,11 +163,9 @@ func TestConsoleLiveTails(t *testing.T) {
 			json.Unmarshal(apiCall(t, client, "GET", base+"/api/entregas?event_id="+id, admin, ""), &page)
 			if len(page.Linhas) == 1 && page.Linhas[0].Status == "falhou" {
 				delivery = page.Linhas[0].ID
-			} else if time.Now().After(deadline) {
-				t.Fatalf("the delivery never became a dead letter: %+v", page)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return delivery != "", fmt.Sprintf("%+v", page)
+		})
 		do(t, ctx, "open /entregas", chromedp.Navigate(base+"/entregas"), chromedp.WaitVisible(css(`.tail-status.ao-vivo`)))
 		// One more dead letter while the page is open: its attempt shows in the tail.
 		_, other := publishRecord(t, client, srv.addr, producer, jornada(201))
@@ -195,19 +192,12 @@ func TestConsoleLiveTails(t *testing.T) {
 			`[...document.querySelectorAll(".tail-tentativas tbody tr")].some((tr) => tr.querySelector('a[href="/entregas/%s"]') && tr.querySelector(".selo-entregue"))`,
 			delivery), chromedp.WithPollingTimeout(10*time.Second)))
 		screenshot(t, ctx, "entregas")
-		deadline = time.Now().Add(10 * time.Second)
 		cell := fmt.Sprintf(`[...document.querySelectorAll("table.dados tr")].find((tr) => tr.querySelector('a[href="/entregas/%s"]') && !tr.closest(".tail-tentativas"))?.querySelector(".selo")?.textContent`, delivery)
-		for {
+		waitFor(t, 10*time.Second, "the resent row to show Entregue", func() (bool, string) {
 			do(t, ctx, "reload /entregas", chromedp.Navigate(base+"/entregas"), chromedp.WaitVisible(css(`table.dados`)))
 			status, _ := chromedp.Run(ctx, chromedp.Evaluate[string](cell))
-			if status == "Entregue" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the resent row stays %q", status)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return status == "Entregue", status
+		})
 		do(t, ctx, "open the delivery", chromedp.Navigate(base+"/entregas/"+delivery), chromedp.WaitVisible(css(`.resultado`)))
 		attempts := get(t, ctx, "attempts", chromedp.Evaluate[[]string](`[...document.querySelectorAll("td.resultado")].map((td) => td.textContent.replace(/\s+/g, " ").trim())`))
 		if len(attempts) != 2 || !strings.Contains(attempts[0], "HTTP 400") || !strings.Contains(attempts[1], "HTTP 204") {

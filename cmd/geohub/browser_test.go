@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,16 +210,12 @@ func TestConsoleTour(t *testing.T) {
 // element alone could read the old text.
 func waitText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	var last string
-	for time.Now().Before(deadline) {
+	waitFor(t, 20*time.Second, fmt.Sprintf("%s to show %q", sel, want), func() (bool, string) {
 		// Errors while the page navigates are expected: read again.
 		if v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector(`+"`"+sel+"`"+`)?.textContent || "")`)); err == nil {
-			if last = v; strings.Contains(v, want) {
-				return
-			}
+			last = v
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s never showed %q (last: %q)", sel, want, last)
+		return strings.Contains(last, want), last
+	})
 }

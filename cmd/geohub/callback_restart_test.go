@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,7 +19,7 @@ import (
 // each delivery dead-letters with that reason before any dial.
 func TestAnInsecureCallbackIsRefusedAfterARestartWithoutInsecureCallbacks(t *testing.T) {
 	data := t.TempDir()
-	rec := &collector{seen: map[string]int{}}
+	rec := newCollector()
 	cad := httptest.NewServer(rec)
 	defer cad.Close()
 	srv := startServer(t, data, "--insecure-callbacks")
@@ -52,15 +53,10 @@ func TestAnInsecureCallbackIsRefusedAfterARestartWithoutInsecureCallbacks(t *tes
 			UltimoErro string `json:"ultimo_erro"`
 		} `json:"linhas"`
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitFor(t, 30*time.Second, "the delivery to end", func() (bool, string) {
 		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/entregas?event_id="+id, token, ""), &d)
-		if len(d.Linhas) == 1 && d.Linhas[0].Status != "pendente" && d.Linhas[0].Status != "processando" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the delivery did not end: %+v", d)
-		}
-	}
+		return len(d.Linhas) == 1 && d.Linhas[0].Status != "pendente" && d.Linhas[0].Status != "processando", fmt.Sprintf("%+v", d)
+	})
 	if d.Linhas[0].Status != "falhou" || !strings.Contains(d.Linhas[0].UltimoErro, "--insecure-callbacks") {
 		t.Errorf("the delivery: %+v", d.Linhas[0])
 	}

@@ -131,7 +131,7 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 	}
 	token := lastLine(out)
 	client := &http.Client{Timeout: 15 * time.Second}
-	l := &ledger{acked: map[string]string{}}
+	l := newLedger()
 	for cycle := 0; cycle <= kills; cycle++ {
 		before := l.count()
 		stop := make(chan struct{})
@@ -143,19 +143,15 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 		if cycle == kills {
 			target = before + 100
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for l.count() < target || (cycle == kills && l.unresolved() > 0) {
-			if time.Now().After(deadline) || !srv.alive() {
-				t.Fatalf("cycle %d: %d of %d publishes acknowledged, %d in doubt; server alive: %v\n%s",
-					cycle, l.count()-before, target-before, l.unresolved(), srv.alive(), srv.out)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		l.await(t, srv, 30*time.Second, fmt.Sprintf("cycle %d: %d publishes acknowledged", cycle, target-before), func() bool {
+			return l.count() >= target && (cycle < kills || l.unresolved() == 0)
+		})
 		if cycle == kills {
 			close(stop)
 			wg.Wait()
 			break
 		}
+		// Wall time on purpose: the kill lands at a random point of the load.
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		srv.kill()
 		wg.Wait()
@@ -170,8 +166,7 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 
 	// Let the consumer catch up: every acknowledged event handled or in the
 	// DLQ, as the API counts them.
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	waitFor(t, 45*time.Second, fmt.Sprintf("the consumer to handle or fail %d events", acked), func() (bool, string) {
 		handled := readHandled(t, handledPath)
 		a, err := call(client, "GET", "http://"+srv.addr+"/api/events/dlq", token, "")
 		if err != nil || a.status != http.StatusOK {
@@ -181,14 +176,8 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 		if err := json.Unmarshal(a.body, &st); err != nil {
 			t.Fatal(err)
 		}
-		if len(handled)+st.PendentesPorColonia[auditColonia] >= acked {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 45 s the consumer has handled %d and failed %d of %d events", len(handled), st.TotalPendentes, acked)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(handled)+st.PendentesPorColonia[auditColonia] >= acked, fmt.Sprintf("handled %d, failed %d", len(handled), st.TotalPendentes)
+	})
 	srv.stop()
 
 	db := openReadOnly(t, data)

@@ -139,30 +139,25 @@ func TestReadModelAfterKill9(t *testing.T) {
 			wg.Go(func() { lifecycle(client, "http://"+srv.addr, token, stop, &registered) })
 		}
 		if cycle == 2 {
-			for count() < before+10 {
-				time.Sleep(time.Millisecond)
-			}
+			waitFor(t, 30*time.Second, "10 more ocorrências registered", func() (bool, string) {
+				return count() >= before+10, fmt.Sprintf("%d", count()-before)
+			})
 			close(stop)
 			wg.Wait()
 			break
 		}
 		// Kill once the read model is well behind the log.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitFor(t, 30*time.Second, fmt.Sprintf("cycle %d: the read model to fall 5 behind", cycle), func() (bool, string) {
 			var page app.Page[app.Event]
 			getJSON(t, client, "http://"+srv.addr+"/api/events?limite=1&tipo="+ocorrencia.TipoRegistrada, token, &page)
 			var l ocorrencia.List
 			getJSON(t, client, "http://"+srv.addr+"/api/ocorrencias?limite=500", token, &l)
 			if behind := page.Total - len(l.Linhas); behind >= 5 {
 				behindAtKill.Add(int64(behind))
-				break
+				return true, ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cycle %d: the read model never fell behind: %d registered, %d in the list, %d acknowledged\n%s",
-					cycle, page.Total, len(l.Linhas), count(), srv.out)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return false, fmt.Sprintf("%d registered, %d in the list, %d acknowledged\n%s", page.Total, len(l.Linhas), count(), srv.out)
+		})
 		srv.kill()
 		wg.Wait()
 		srv = start(20 * time.Millisecond)
@@ -176,17 +171,10 @@ func TestReadModelAfterKill9(t *testing.T) {
 	var registrations app.Page[app.Event]
 	getJSON(t, client, base+"/api/events?limite=1&tipo="+ocorrencia.TipoRegistrada, token, &registrations)
 	var rows []ocorrencia.Summary
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	waitFor(t, 45*time.Second, fmt.Sprintf("the read model to hold %d ocorrências", registrations.Total), func() (bool, string) {
 		rows = listOcorrencias(t, client, base, token)
-		if len(rows) == registrations.Total {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 45 s the read model has %d of %d ocorrências", len(rows), registrations.Total)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(rows) == registrations.Total, fmt.Sprintf("%d", len(rows))
+	})
 	seen := map[string]bool{}
 	for _, row := range rows {
 		if seen[row.ID] {
@@ -196,18 +184,18 @@ func TestReadModelAfterKill9(t *testing.T) {
 		var proj ocorrencia.Ocorrencia
 		// A row may trail its projection only until the consumer folds the
 		// last events; wait for it, then compare.
-		for {
+		waitFor(t, 45*time.Second, "ocorrência "+row.ID+"'s row to reach its projection", func() (bool, string) {
 			getJSON(t, client, base+"/api/ocorrencias/"+row.ID, token, &proj)
-			if row.Versao >= proj.Versao || time.Now().After(deadline) {
-				break
+			if row.Versao >= proj.Versao {
+				return true, ""
 			}
-			time.Sleep(20 * time.Millisecond)
 			for _, r := range listOcorrencias(t, client, base, token) {
 				if r.ID == row.ID {
 					row = r
 				}
 			}
-		}
+			return false, fmt.Sprintf("row %d, projection %d", row.Versao, proj.Versao)
+		})
 		var evs app.Page[app.Event]
 		getJSON(t, client, base+"/api/events?limite=1&agregado=ocorrencia:"+row.ID, token, &evs)
 		if row.Versao != evs.Total || row.Versao != proj.Versao || row.Status != proj.Status ||

@@ -667,7 +667,8 @@ func newCAD() *cad { return &cad{arrived: map[string][]arrival{}} }
 func (c *cad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := c.clock.Add(1)
 	io.Copy(io.Discard, r.Body)
-	time.Sleep(2 * time.Millisecond) // keep deliveries in flight when the kill comes
+	// Wall time on purpose: deliveries in flight when the kill comes.
+	time.Sleep(2 * time.Millisecond)
 	status := http.StatusNoContent
 	// A fixed pattern rather than coin flips: ~30% failures, never more than
 	// one in a row, so the circuit breaker (5 consecutive failures) never
@@ -754,6 +755,22 @@ type ledger struct {
 	retried  int // in-doubt publishes resent
 	existed  int // ... of which were stored before the kill (200)
 	problems []string
+	// answered rings after each publish's outcome is recorded.
+	answered bell
+}
+
+func newLedger() *ledger { return &ledger{acked: map[string]string{}, answered: newBell()} }
+
+// await waits until enough holds or srv dies, re-checking after each
+// publish's answer; it fails the test if srv died or within passed.
+func (l *ledger) await(t *testing.T, srv *child, within time.Duration, what string, enough func() bool) {
+	t.Helper()
+	l.answered.await(t, within, what, func() (bool, string) {
+		return enough() || !srv.alive(), fmt.Sprintf("%d acknowledged, %d in doubt", l.count(), l.unresolved())
+	})
+	if !srv.alive() {
+		t.Fatalf("%s: the server died: %d acknowledged, %d in doubt\n%s", what, l.count(), l.unresolved(), srv.out)
+	}
 }
 
 type pendingPublish struct {
@@ -820,6 +837,7 @@ func (l *ledger) publishUntilGone(client *http.Client, addr, token string, aggre
 			l.doubt = append(l.doubt, p)
 		}
 		l.mu.Unlock()
+		l.answered.ring()
 		if err != nil || (a.status != http.StatusCreated && a.status != http.StatusOK) {
 			return
 		}
@@ -862,7 +880,7 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 	}
 
 	t.Logf("setup: %v", time.Since(began).Round(time.Millisecond))
-	l := &ledger{acked: map[string]string{}}
+	l := newLedger()
 	for cycle := 0; ; cycle++ {
 		before, cycleStart := l.count(), time.Now()
 		stop := make(chan struct{})
@@ -873,14 +891,9 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 		if cycle == kills {
 			// The last life: settle every publish left in doubt, add some
 			// more, and stop publishing.
-			deadline := time.Now().Add(30 * time.Second)
-			for l.count() < before+100 || l.unresolved() > 0 {
-				if time.Now().After(deadline) || !srv.alive() {
-					t.Fatalf("last cycle: %d acknowledged, %d in doubt; server alive: %v\n%s",
-						l.count()-before, l.unresolved(), srv.alive(), srv.out)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			l.await(t, srv, 30*time.Second, "last cycle: 100 more acknowledged, none in doubt", func() bool {
+				return l.count() >= before+100 && l.unresolved() == 0
+			})
 			close(stop)
 			wg.Wait()
 			t.Logf("last life: %d more acknowledged in %v, every publish in doubt settled",
@@ -890,14 +903,9 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 		// Kill at a random point: after a random number of acknowledged
 		// publishes, plus a random delay, with deliveries in flight.
 		target := before + 50 + rand.IntN(400)
-		deadline := time.Now().Add(30 * time.Second)
-		for l.count() < target {
-			if time.Now().After(deadline) || !srv.alive() {
-				t.Fatalf("cycle %d: %d of %d publishes acknowledged; server alive: %v\n%s",
-					cycle, l.count()-before, target-before, srv.alive(), srv.out)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		l.await(t, srv, 30*time.Second, fmt.Sprintf("cycle %d: %d publishes acknowledged", cycle, target-before),
+			func() bool { return l.count() >= target })
+		// Wall time on purpose: the kill lands at a random point of the load.
 		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
 		srv.kill()
 		wg.Wait()
@@ -929,8 +937,7 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 	time.AfterFunc(3*time.Second, func() { flaky.flaky.Store(false) })
 	want := 2 * len(acked) // jornada:* has audience "todos": both integrators get every event
 	base := "http://" + srv.addr + "/api/entregas?limite=1&status="
-	deadline := time.Now().Add(45 * time.Second)
-	for {
+	waitFor(t, 45*time.Second, fmt.Sprintf("%d deliveries entregue", want), func() (bool, string) {
 		delivered, err1 := total(client, base+app.EntregaEntregue, token)
 		failed, err2 := total(client, base+app.EntregaFalhou, token)
 		if err := errors.Join(err1, err2); err != nil {
@@ -941,14 +948,11 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 			t.Fatalf("%d deliveries dead-lettered (none should: a 500 is retried, and %d kills cannot make a row poison); first: %+v",
 				failed, kills, rows[0])
 		}
-		if delivered == want {
-			break
+		if !srv.alive() {
+			t.Fatalf("the server died while draining, %d of %d delivered", delivered, want)
 		}
-		if time.Now().After(deadline) || !srv.alive() {
-			t.Fatalf("%d of %d deliveries entregue after 45 s of draining; server alive: %v", delivered, want, srv.alive())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return delivered == want, fmt.Sprintf("%d entregue", delivered)
+	})
 	drained := time.Now()
 
 	// The API's view: every acknowledged event listed once, nothing else.
@@ -1263,23 +1267,21 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 					mu.Unlock()
 				}
 			}
+			// Wall time on purpose: a reader at a steady pace beside the
+			// publishers, not one that takes the CPU from them.
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
 	waitAcked := func(n int) {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d publishes acknowledged", n), func() (bool, string) {
 			mu.Lock()
 			got := len(acked)
 			mu.Unlock()
-			if got >= n {
-				return
+			if !srv.alive() {
+				t.Fatalf("the server died with %d publishes acknowledged\n%s", got, srv.out)
 			}
-			if time.Now().After(deadline) || !srv.alive() {
-				t.Fatalf("only %d publishes acknowledged; server alive: %v\n%s", got, srv.alive(), srv.out)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return got >= n, fmt.Sprintf("%d", got)
+		})
 	}
 	waitAcked(50)
 	setMode(t, data, 0o500, 0o400) // under the running server
@@ -1301,6 +1303,7 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 		t.Errorf("token create on a read-only directory: the error does not name %s: %s", data, out)
 	}
 	// Keep the load on the read-only directory for a while, then crash.
+	// Wall time on purpose: how long the server runs so is the test.
 	time.Sleep(700 * time.Millisecond)
 	srv.kill()
 	close(stop)
@@ -1506,21 +1509,15 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 					return
 				}
 				if a.status != http.StatusCreated {
-					time.Sleep(5 * time.Millisecond) // a client backing off
+					// Wall time on purpose: a client backing off.
+					time.Sleep(5 * time.Millisecond)
 				}
 			}
 		})
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	wait := func(ok func() bool, d time.Duration) bool {
-		deadline := time.Now().Add(d)
-		for !ok() {
-			if time.Now().After(deadline) || !srv.alive() {
-				return false
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		return true
+		return poll(d, func() bool { return ok() || !srv.alive() }) && ok()
 	}
 	if !wait(func() bool { return count() >= 100 }, 30*time.Second) {
 		t.Fatalf("only %d publishes acknowledged before the fault; alive: %v\n%s", count(), srv.alive(), srv.out)

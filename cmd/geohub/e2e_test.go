@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -264,8 +265,7 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 		// Within seconds the simulator has registered an ocorrência, and its
 		// outcome has been delivered back to it. After the restart, its
 		// commands work again although its API key was replaced in between.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		waitFor(t, 30*time.Second, fmt.Sprintf("run %d: demo events delivered", run), func() (bool, string) {
 			var page struct {
 				Linhas []struct{ Tipo, Status string }
 			}
@@ -276,13 +276,10 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 			}
 			if seen["ocorrencia:registrada"] > 0 && seen["integracao:comando-concluido"] > concluded {
 				concluded = seen["integracao:comando-concluido"]
-				break
+				return true, ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("run %d: no demo events delivered within 30 s: %+v\n%s", run, page.Linhas, srv.out)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return false, fmt.Sprintf("%+v\n%s", page.Linhas, srv.out)
+		})
 		var list struct{ Integradores []struct{ ID, Nome string } }
 		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/integradores", admin, ""), &list)
 		if len(list.Integradores) != 1 {

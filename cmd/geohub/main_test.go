@@ -146,6 +146,72 @@ func testBinary(env string, race bool) (string, error) {
 	return bin, nil
 }
 
+// waitFor re-checks cond until it holds, failing the test with what it
+// last showed once within has passed. It is the end-to-end tests' one
+// poll: the server under test is another process, which raises no signal
+// this one could wait on, so they look at its API, its files or a browser
+// page, at a pace that starts at 5 ms and slows to 100 ms. What runs in
+// this process (the tests' own receivers) is waited on, not polled.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	if !poll(within, func() bool {
+		var ok bool
+		ok, last = cond()
+		return ok
+	}) {
+		t.Fatalf("%s: not within %s (last: %s)", what, within, last)
+	}
+}
+
+// poll is waitFor's loop: whether ok came to hold within.
+func poll(within time.Duration, ok func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	pace := 5 * time.Millisecond
+	for !ok() {
+		select {
+		case <-deadline.C:
+			return ok()
+		case <-time.After(pace):
+			pace = min(2*pace, 100*time.Millisecond)
+		}
+	}
+	return true
+}
+
+// bell is rung, without blocking, by what runs in this process (a test's
+// receiver) each time something arrives; await re-checks on each ring.
+type bell chan struct{}
+
+func newBell() bell { return make(bell, 1) }
+
+func (b bell) ring() {
+	select {
+	case b <- struct{}{}:
+	default:
+	}
+}
+
+// await re-checks cond each time b rings until it holds, failing the test
+// with what it last showed once within has passed.
+func (b bell) await(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-b:
+		case <-deadline.C:
+			t.Fatalf("%s: not within %s (last: %s)", what, within, last)
+		}
+	}
+}
+
 // proc is a geohub server running as a real process.
 type proc struct {
 	cmd  *exec.Cmd
@@ -369,17 +435,32 @@ func TestGracefulShutdownAndBackup(t *testing.T) {
 
 // collector is a CAD receiver that remembers which events arrived.
 type collector struct {
-	mu   sync.Mutex
-	seen map[string]int
+	mu      sync.Mutex
+	seen    map[string]int
+	arrived bell
 }
+
+func newCollector() *collector { return &collector{seen: map[string]int{}, arrived: newBell()} }
 
 func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
-	time.Sleep(5 * time.Millisecond) // keep some deliveries in flight
+	// Wall time on purpose: a receiver that takes a while keeps some
+	// deliveries in flight when the kill comes.
+	time.Sleep(5 * time.Millisecond)
 	c.mu.Lock()
 	c.seen[r.Header.Get("X-Geohub-Evento-Id")]++
 	c.mu.Unlock()
+	c.arrived.ring()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// awaitHas waits until at least n of ids arrived.
+func (c *collector) awaitHas(t *testing.T, within time.Duration, ids []string, n int) {
+	t.Helper()
+	c.arrived.await(t, within, fmt.Sprintf("%d of %d events to arrive", n, len(ids)), func() (bool, string) {
+		got := c.has(ids)
+		return got >= n, fmt.Sprintf("%d arrived", got)
+	})
 }
 
 func (c *collector) has(ids []string) int {
@@ -412,7 +493,7 @@ func apiCall(t *testing.T, client *http.Client, method, url, token, body string)
 
 func TestEveryAcknowledgedEventIsDeliveredAfterKill9MidDelivery(t *testing.T) {
 	data := t.TempDir()
-	rec := &collector{seen: map[string]int{}}
+	rec := newCollector()
 	cad := httptest.NewServer(rec)
 	defer cad.Close()
 	srv := startServer(t, data, "--insecure-callbacks")
@@ -429,10 +510,7 @@ func TestEveryAcknowledgedEventIsDeliveredAfterKill9MidDelivery(t *testing.T) {
 		}
 		acked = append(acked, id)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for rec.has(acked) < 30 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	rec.awaitHas(t, 30*time.Second, acked, 30)
 	srv.cmd.Process.Signal(syscall.SIGKILL) // mid-delivery: leases held, outcomes unrecorded
 	srv.cmd.Wait()
 	if n := rec.has(acked); n == len(acked) {
@@ -440,13 +518,7 @@ func TestEveryAcknowledgedEventIsDeliveredAfterKill9MidDelivery(t *testing.T) {
 	}
 
 	startServer(t, data, "--insecure-callbacks")
-	deadline = time.Now().Add(60 * time.Second)
-	for rec.has(acked) < len(acked) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d acknowledged events arrived after the restart", rec.has(acked), len(acked))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	rec.awaitHas(t, time.Minute, acked, len(acked))
 }
 
 func TestMemoryLimitFollowsTheCgroup(t *testing.T) {

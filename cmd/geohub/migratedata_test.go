@@ -61,8 +61,7 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 	}
 	// Wait for real traffic: the demo's first ocorrência delivered back to
 	// its CAD, the good CAD's jornadas delivered, the refusing one's dead.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, time.Minute, "traffic to settle", func() (bool, string) {
 		var page struct {
 			Linhas []struct{ Tipo, Status, Integrador string }
 		}
@@ -79,14 +78,8 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 		}
 		// The refusing CAD's breaker opens after a few dead letters and
 		// defers the rest: pending rows, which migrate as well.
-		if seen["falhou"] >= 3 && seen["good"] >= 30 && seen["ocorrencia"] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("traffic did not settle within 60 s: %v\n%s", seen, srv.out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return seen["falhou"] >= 3 && seen["good"] >= 30 && seen["ocorrencia"] > 0, fmt.Sprintf("%v\n%s", seen, srv.out)
+	})
 
 	// While the appliance runs, migrate-data refuses and writes nothing.
 	bin, err := buildBinary()

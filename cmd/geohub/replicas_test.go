@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -101,7 +102,7 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 
 	// Publishers spread over the replicas alive, as a load balancer does,
 	// and move to another when theirs stops answering.
-	l := &ledger{acked: map[string]string{}}
+	l := newLedger()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range publishers {
@@ -122,13 +123,9 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	}
 	waitLedger := func(what string, enough func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(45 * time.Second)
-		for !enough() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d acknowledged, %d in doubt after 45 s", what, l.count(), l.unresolved())
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		l.answered.await(t, 45*time.Second, what, func() (bool, string) {
+			return enough(), fmt.Sprintf("%d acknowledged, %d in doubt", l.count(), l.unresolved())
+		})
 	}
 	waitLedger("before the kill", func() bool { return l.count() >= 300+rand.IntN(300) })
 	// The first replica is the likeliest leader (it started first): its
@@ -161,8 +158,7 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	survivor := rs.alive()[0]
 	want := 2 * len(acked) // jornada:* has audience "todos": both integrators get every event
 	base := "http://" + survivor.addr + "/api/entregas?limite=1&status="
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	waitFor(t, 2*time.Minute, fmt.Sprintf("%d deliveries entregue", want), func() (bool, string) {
 		delivered, err1 := total(client, base+app.EntregaEntregue, token)
 		failed, err2 := total(client, base+app.EntregaFalhou, token)
 		if err := errors.Join(err1, err2); err != nil {
@@ -171,14 +167,8 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 		if failed > 0 {
 			t.Fatalf("%d deliveries dead-lettered; none should", failed)
 		}
-		if delivered == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d deliveries entregue after 120 s of draining", delivered, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return delivered == want, fmt.Sprintf("%d entregue", delivered)
+	})
 
 	// The log, as any replica lists it: every acknowledged event once,
 	// nothing else, and sequence numbers 1..N without gap or repeat.

@@ -63,17 +63,13 @@ func listeners(t *testing.T, c *pgx.Conn) []int32 {
 // waitListening waits until n listeners listen, none of them one of old.
 func waitListening(t *testing.T, c *pgx.Conn, n int, old []int32) []int32 {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		pids := listeners(t, c)
+	var pids []int32
+	storetest.Eventually(t, fmt.Sprintf("%d new listening connections (old %v)", n, old), func() bool {
+		pids = listeners(t, c)
 		fresh := slices.DeleteFunc(slices.Clone(pids), func(p int32) bool { return slices.Contains(old, p) })
-		if len(fresh) == n && len(pids) == n {
-			return pids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("listening connections %v (old %v), want %d new ones", pids, old, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(fresh) == n && len(pids) == n
+	})
+	return pids
 }
 
 // A publish on replica A, whose dispatcher does not run, is delivered by
@@ -174,7 +170,7 @@ func TestEveryReplicaSeesEveryEvent(t *testing.T) {
 	replica := func(i int) *storetest.Kit {
 		return storetest.New(t, storetest.Options{Postgres: url, Subscribe: func(c *app.Consumers) {
 			c.Subscribe(replicaType, "teste", "recorder", recs[i].handle)
-		}})
+		}, Tune: func(s *app.Services) { s.Consumers.Signals.Init() }})
 	}
 	a := replica(0)
 	registerReplicaType(t, a)
@@ -211,25 +207,19 @@ func TestEveryReplicaSeesEveryEvent(t *testing.T) {
 	if !a.Leader.Leading() || b.Leader.Leading() {
 		t.Fatal("A, started first, does not lead alone")
 	}
-	for i, r := range recs[:1] {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			seqs, ids := r.snapshot()
-			if len(ids) == len(want) {
-				if !slices.IsSorted(seqs) || len(seqs) != len(ids) {
-					t.Fatalf("replica %d handled %v: want each once, in order", i, seqs)
-				}
-				for id, times := range ids {
-					if !want[id] || times != 1 {
-						t.Fatalf("replica %d handled %s %d times", i, id, times)
-					}
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d handled %d of %d events: %v", i, len(ids), len(want), seqs)
-			}
-			time.Sleep(10 * time.Millisecond)
+	// The leader's consumer, A's, handles every event once, in order.
+	r := recs[0]
+	storetest.Await(t, fmt.Sprintf("A to handle %d events", len(want)), func() bool {
+		_, ids := r.snapshot()
+		return len(ids) >= len(want)
+	}, &a.Consumers.Signals.Handled)
+	seqs, ids := r.snapshot()
+	if !slices.IsSorted(seqs) || len(seqs) != len(ids) || len(ids) != len(want) {
+		t.Fatalf("A handled %v: want each of %d once, in order", seqs, len(want))
+	}
+	for id, times := range ids {
+		if !want[id] || times != 1 {
+			t.Fatalf("A handled %s %d times", id, times)
 		}
 	}
 	if seqs, _ := recs[1].snapshot(); len(seqs) != 0 {

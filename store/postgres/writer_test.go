@@ -134,9 +134,7 @@ func queue(t *testing.T, db *postgres.DB, wg *sync.WaitGroup, fn func() error) {
 			t.Error(err)
 		}
 	})
-	for postgres.Queued(db) == n {
-		time.Sleep(time.Millisecond)
-	}
+	storetest.Eventually(t, "the operation to queue", func() bool { return postgres.Queued(db) != n })
 }
 
 // SetIntegratorAPIKey's update locks the row FOR UPDATE (api_key_hash is
@@ -457,17 +455,14 @@ func TestAppendsEnqueueBeforeTakingLogHead(t *testing.T) {
 		done <- err
 	}()
 	c := raw(t, url)
-	for { // until the append waits for log_head's lock
+	storetest.Eventually(t, "the append to wait for log_head's lock", func() bool {
 		var waiting bool
 		if err := c.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'geohub'
 			AND wait_event_type = 'Lock' AND query LIKE '%log_head%'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return waiting
+	})
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

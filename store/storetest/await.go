@@ -39,3 +39,22 @@ func Await[T any](tb testing.TB, what string, cond func() bool, signals ...*app.
 		}
 	}
 }
+
+// Eventually re-checks cond until it holds, at a pace that starts at 1 ms
+// and slows to 50 ms, failing the test after AwaitTimeout. It is for what
+// raises no signal: the database server's own state (its listeners, its
+// lock waits), a queue's length, a connection the server lets go of.
+func Eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	timeout := time.NewTimer(AwaitTimeout)
+	defer timeout.Stop()
+	pace := time.Millisecond
+	for !cond() {
+		select {
+		case <-timeout.C:
+			tb.Fatalf("timed out after %v waiting for %s", AwaitTimeout, what)
+		case <-time.After(pace):
+			pace = min(2*pace, 50*time.Millisecond)
+		}
+	}
+}
