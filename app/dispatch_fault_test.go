@@ -344,6 +344,7 @@ func TestFaultSlowReceiverWithinTheTimeoutSucceeds(t *testing.T) {
 		for range 4 {
 			io.WriteString(w, "ok ")
 			http.NewResponseController(w).Flush()
+			// Wall time on purpose: an answer that trickles in.
 			time.Sleep(10 * time.Millisecond)
 		}
 	})

@@ -73,8 +73,9 @@ func TestAHangingRequestDoesNotSpinTheDispatcher(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no request reached the hanging receiver")
 	}
-	// A rate over a second of real time: the loop's timers are real, and a
-	// spinning loop raises no signal (its claims find nothing).
+	// Wall time on purpose: a rate over a second of real time, since the
+	// loop's timers are real and a spinning loop raises no signal (its
+	// claims find nothing).
 	before := rs.rounds.Load()
 	time.Sleep(time.Second)
 	if n := rs.rounds.Load() - before; n > 5 {

@@ -69,6 +69,8 @@ type apiEnv struct {
 	Integrators *app.Integrators
 	Registry    *app.Registry
 	Ocorrencias *ocorrencia.Service
+	// Consumers' signals are Init'ed: a test awaits what they handle.
+	Consumers *app.Consumers
 	// projectHook, when set, runs before each fold of the read model: a
 	// test makes the ocorrências consumer fail through it.
 	projectHook atomic.Pointer[func(context.Context, app.Event) error]
@@ -97,6 +99,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 			}
 			return nil
 		},
+		Tune: func(s *app.Services) { s.Consumers.Signals.Init() },
 	})
 	db, auth, integrators, registry, ocorrencias := k.DB, k.Auth, k.Integrators, k.Registry, k.Ocorrencias
 
@@ -104,7 +107,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	t.Cleanup(hs.Close)
 
 	*env = apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
-		Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias}
+		Integrators: integrators, Registry: registry, Ocorrencias: ocorrencias, Consumers: k.Consumers}
 	for _, p := range []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor} {
 		secret, _, err := auth.CreateToken(t.Context(), p, "teste-"+string(p))
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/store/storetest"
 )
 
 // listUntil reads GET /api/ocorrencias?query with auth until cond holds,
@@ -168,17 +169,10 @@ func TestOcorrenciasReadModelFailureGoesToTheDLQAndReprocessRepairsIt(t *testing
 	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias/"+o.ID+"/status", map[string]any{"para": "encerrada"}).want(t, 200)
 
 	var dlq app.DLQStats
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	storetest.Await(t, "the failure to reach the DLQ", func() bool {
 		e.do(t, http.MethodGet, "/api/events/dlq", app.PapelLeitor, nil).want(t, 200).decode(t, &dlq)
-		if dlq.PendentesPorColonia[ocorrencia.Colonia] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the failure never reached the DLQ: %+v", dlq)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return dlq.PendentesPorColonia[ocorrencia.Colonia] == 1
+	}, &e.Consumers.Signals.DeadLettered)
 	if en := dlq.Entradas[0]; en.Colonia != ocorrencia.Colonia || en.Tipo != ocorrencia.TipoMudouStatus ||
 		!strings.Contains(en.MensagemErro, "falha injetada") {
 		t.Fatalf("DLQ entry: %+v", en)

@@ -133,7 +133,8 @@ func TestRunStopsOnCancel(t *testing.T) {
 	if err := c.Projection().WaitUntil(wctx, func(p *Projection) bool { return len(p.Ocorrencias()) >= 3 }); err != nil {
 		t.Fatal("scenarios did not start:", err)
 	}
-	// A fourth would need a free slot; give it a moment to misbehave.
+	// A fourth would need a free slot. Wall time on purpose: a moment in
+	// which it could misbehave.
 	time.Sleep(20 * time.Millisecond)
 	if n := len(c.Projection().Ocorrencias()); n != 3 {
 		t.Errorf("%d live scenarios, MaxLive is 3", n)
@@ -151,6 +152,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 		t.Errorf("%d goroutines still waiting after Run returned", n)
 	}
 	before := api.executed()
+	// Wall time on purpose: a moment in which a leftover could send.
 	time.Sleep(10 * time.Millisecond)
 	if api.executed() != before {
 		t.Error("commands sent after Run returned")

@@ -296,13 +296,7 @@ func TestEventsTail(t *testing.T) {
 
 func waitSubscribed(t *testing.T, n *app.Notifier, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.Subscribers() < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tails subscribed, want %d", n.Subscribers(), want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	storetest.Eventually(t, fmt.Sprintf("%d tails to subscribe", want), func() bool { return n.Subscribers() >= want })
 }
 
 func isTimeout(err error) bool {
