@@ -159,6 +159,7 @@ func (c *atRestCAD) arrivals() []atRestArrival {
 }
 
 func TestNoPersonalDataInClearInTheDataDirectoryOrABackup(t *testing.T) {
+	alongside(t)
 	sqliteOnly(t)
 	for _, stop := range []string{"SIGTERM", "SIGKILL"} {
 		t.Run(stop, func(t *testing.T) { testNoPersonalDataAtRest(t, stop) })

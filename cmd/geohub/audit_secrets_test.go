@@ -112,6 +112,7 @@ func shown(t *testing.T, page, id string) string {
 // audit table, the API's JSON, its export and the console page: none holds
 // a secret, an API key, a token, a password, or a hash of any of them.
 func TestAuditHoldsNoSecret(t *testing.T) {
+	alongside(t)
 	sqliteOnly(t)
 	m, dir, stop := runMain(t)
 	t.Cleanup(func() { stop() })

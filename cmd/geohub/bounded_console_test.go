@@ -29,6 +29,7 @@ const consolePeakRSS = 150 << 20
 // operators open its console page at once and measures the server's peak
 // resident memory from outside, in /proc.
 func TestConsoleShowsADeepStoredEventWithinBoundedMemory(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	first := startServer(t, data) // makes the data directory: database, master key
 	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -216,6 +216,7 @@ func slowGet(client *http.Client, url, token string, limit int, pause time.Durat
 // the collector's slack at the server's GOGC of 400. Holding a page whole,
 // as the list routes did, one reader alone needs the page's 300 MB.
 func TestLargeEventsCannotTakeTheServersMemory(t *testing.T) {
+	alongside(t)
 	const events, bound = 300, 200 << 20
 	s := startBounded(t)
 	var wg sync.WaitGroup
@@ -296,6 +297,7 @@ func TestLargeEventsCannotTakeTheServersMemory(t *testing.T) {
 // event comes exactly once and in order, no page is much larger than
 // app.PageBytes, and the pages that stopped early say truncada_por_tamanho.
 func TestBytesCutPagesReadEveryEventOnce(t *testing.T) {
+	alongside(t)
 	s := startBounded(t)
 	var all, grandes []int64
 	for i := range 36 {
@@ -401,9 +403,7 @@ func TestBytesCutPagesReadEveryEventOnce(t *testing.T) {
 // No assertion on how soon: only that it happens within a generous bound,
 // and that what the client then reads stops short of a whole answer.
 func TestAStalledReaderIsCutAtTheWriteDeadline(t *testing.T) {
-	// Parallel: this test waits out the write deadlines, over a minute of wall
-	// time with next to no CPU; the browser tests run beside it.
-	t.Parallel()
+	alongside(t) // over a minute of waiting out the write deadlines, next to no CPU
 	s := startBounded(t)
 	for range 12 {
 		s.publishBig(t, bigText)

@@ -20,12 +20,10 @@ import (
 const adminPassword = "senha-de-teste-123" // startServer's GEOHUB_ADMIN_PASSWORD
 
 // browser opens a headless chromium at the console's usual screen size.
-// It is the first call of a top-level test, which it makes parallel: a
-// browser test waits on chromium and the server more than it computes,
-// and runs beside TestAStalledReaderIsCutAtTheWriteDeadline's idle minute.
+// It is the first call of a top-level test, which it runs alongside.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	t.Parallel()
+	alongside(t)
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		if os.Getenv("GEOHUB_REQUIRE_BROWSER") == "1" {

@@ -101,11 +101,33 @@ func (d Database) flags() []string {
 	return []string{"--db", d.URL, "--master-key-file", d.MasterKeyFile}
 }
 
+// TestMain fails the run when a server the tests started reported a data
+// race. The tests kill their servers, so a race cannot show in an exit
+// status: each child built with -race writes its reports under GORACE's
+// log_path instead, and they are read here once every test is done.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "geohub-race-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("GORACE", "log_path="+filepath.Join(dir, "report"))
+	code := m.Run()
+	reports, _ := filepath.Glob(filepath.Join(dir, "report*"))
+	for _, r := range reports {
+		b, _ := os.ReadFile(r)
+		fmt.Fprintf(os.Stderr, "a geohub server started by the tests reported a data race (%s):\n%s\n", r, b)
+		code = 1
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // buildBinary is the geohub the end-to-end tests start: the one the test
-// command built for this pass (GEOHUB_TEST_BINARY), or else one compiled
-// here once per test run, with this test binary's SQLite driver and, under
-// -race, the race detector, so the server's races fail the run too (see
-// TestMain in race_test.go).
+// command built (GEOHUB_TEST_BINARY: in its first pass a -race server,
+// while this test process, a client, runs without -race beside the other
+// packages' race run), or else one compiled here once per test run, with
+// this test binary's SQLite driver and, under -race, the race detector.
 var buildBinary = sync.OnceValues(func() (string, error) { return testBinary("GEOHUB_TEST_BINARY", raceBuild) })
 
 // plainBinary is the geohub of the fault suite (launch: kill -9 under
@@ -116,7 +138,7 @@ var buildBinary = sync.OnceValues(func() (string, error) { return testBinary("GE
 // real one needs a few for. The in-process suites run the same writer,
 // dispatcher and consumers under -race.
 var plainBinary = sync.OnceValues(func() (string, error) {
-	if !raceBuild {
+	if os.Getenv("GEOHUB_TEST_BINARY_NORACE") == "" && !raceBuild {
 		return buildBinary()
 	}
 	return testBinary("GEOHUB_TEST_BINARY_NORACE", false)
@@ -178,6 +200,17 @@ func poll(within time.Duration, ok func() bool) bool {
 		}
 	}
 	return true
+}
+
+// alongside puts t in the package's parallel group, which runs once the
+// serial tests are done, two at a time: the browser tests, the
+// write-deadline test's idle minute, and the tests whose time is their own
+// work or the server's (large events, at-rest scans), none of which
+// asserts a timing that a neighbour could upset. The crash suite and the
+// guide's receivers, which do, stay serial.
+func alongside(t *testing.T) {
+	t.Helper()
+	t.Parallel()
 }
 
 // bell is rung, without blocking, by what runs in this process (a test's
