@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/keys"
 )
 
 // The body reaches the store sealed, and the receiver gets the envelope as
@@ -38,7 +39,7 @@ func TestTheOutboxHoldsTheBodySealedAndTheReceiverGetsItClear(t *testing.T) {
 	if !bytes.Contains(got[0].body, []byte(`"cpf":"12345678901"`)) {
 		t.Fatalf("the receiver did not get the full payload: %s", got[0].body)
 	}
-	if !app.BodySealed(stored.Corpo) || bytes.Contains(stored.Corpo, []byte("12345678901")) {
+	if !keys.BodySealed(stored.Corpo) || bytes.Contains(stored.Corpo, []byte("12345678901")) {
 		t.Fatalf("the outbox holds the body in clear: %q", stored.Corpo)
 	}
 	if open, err := k.integrators.Sealer.OpenBody(stored.Corpo, ev.EventID); err != nil || !bytes.Equal(open, got[0].body) {
@@ -56,7 +57,7 @@ func TestABodyThatDoesNotOpenIsDeadLetteredUnsent(t *testing.T) {
 	k := newOutboxKit(t)
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, nil)
-	other, err := app.NewSealer(bytes.Repeat([]byte{9}, 32))
+	other, err := keys.NewSealer(bytes.Repeat([]byte{9}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store/storetest"
 )
 
@@ -49,7 +50,7 @@ func TestUpgradeAddsTheBoundedBuiltinVersions(t *testing.T) {
 		}
 	}
 
-	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: keys.Redaction(make([]byte, 32)), Now: time.Now}
 	jornada := func(versao string, unidade int) error {
 		payload, _ := json.Marshal(map[string]any{"jornadaId": uuid.NewString(), "inicio": "2026-11-30T08:00:00Z",
 			"servidor": map[string]any{"nome": "Ana", "cpf": "12345678901"}, "unidade": strings.Repeat("u", unidade)})
@@ -71,7 +72,7 @@ func TestUpgradeAddsTheBoundedBuiltinVersions(t *testing.T) {
 
 	// A refused command whose route and reason carry 5,000 characters of
 	// the request: recorded, in the bounded version, cut to it.
-	cmds := &app.Commands{Publisher: pub, Log: db, Key: app.DeriveCommandKey(make([]byte, 32)), Now: time.Now}
+	cmds := &app.Commands{Publisher: pub, Log: db, Key: keys.Command(make([]byte, 32)), Now: time.Now}
 	junk := strings.Repeat("x", 5000)
 	out, err := cmds.Run(ctx, app.Command{Integrador: "cad-1", Solicitacao: uuid.NewString(), Metodo: "POST",
 		Rota: "/api/ocorrencias/" + junk + "/status", Body: []byte(`{"para":"encerrada"}`)},

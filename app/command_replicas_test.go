@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store/storetest"
 )
 
@@ -37,7 +38,7 @@ func TestACommandRunsOnceWhenItsLockWasLost(t *testing.T) {
 		}
 	}
 	b := storetest.New(t, storetest.Options{Postgres: url, BuiltinTypes: true}) // loads A's types at its start
-	onB := &app.Commands{Publisher: b.Publisher, Log: lostLock{b.DB}, Key: app.DeriveCommandKey(make([]byte, 32)), Now: time.Now}
+	onB := &app.Commands{Publisher: b.Publisher, Log: lostLock{b.DB}, Key: keys.Command(make([]byte, 32)), Now: time.Now}
 	cmd := app.Command{Integrador: "cad-1", Solicitacao: uuid.NewString(), Metodo: "POST", Rota: "/api/teste",
 		Body: []byte(`{"n":1}`)}
 	handler := func(n int) func(context.Context) (app.Result, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"geohub/app/keys"
 	"strconv"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 type Deliveries struct {
 	Store      OutboxStore
 	Dispatcher *Dispatcher
-	Sealer     *Sealer // opens the receivers' answers
+	Sealer     *keys.Sealer // opens the receivers' answers
 	Now        func() time.Time
 }
 
@@ -73,7 +74,7 @@ func (s *Deliveries) Get(ctx context.Context, id int64) (DeliveryDetail, error) 
 		}
 		var oerr error
 		if a.Resposta, oerr = s.Sealer.OpenResponse(a.RespostaSelada, a.EntregaID); oerr != nil {
-			a.Resposta = ResponseUnopenable
+			a.Resposta = keys.ResponseUnopenable
 		}
 		a.RespostaSelada = nil
 	}
@@ -86,8 +87,14 @@ func (s *Deliveries) Resend(ctx context.Context, id int64) (err error) {
 		Changed("status", EntregaFalhou, EntregaPendente))
 	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
 	err = s.Store.Resend(ctx, id, s.Now(), audit)
-	if errors.Is(err, ErrNotFound) {
+	var c *StateConflict
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return Errorf(ENotFound, "entrega não encontrada")
+	case errors.As(err, &c) && c.Status != EntregaFalhou:
+		return Errorf(EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", c.Status)
+	case errors.As(err, &c):
+		return Errorf(EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
 	}
 	if err == nil {
 		s.Dispatcher.Wake()
@@ -157,12 +164,11 @@ func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id 
 		return RetryResult{}, Errorf(EConflict, "integrador inativo: reative-o (ou use Verificar) antes de tentar agora")
 	}
 	d := s.Dispatcher
-	d.init()
 	n, err := s.Store.DueNow(ctx, id, 0, s.Now(), audit)
 	if err != nil {
 		return RetryResult{}, err
 	}
-	d.trip(id, 0, false, false, d.Now()) // as a success: the circuit closes
+	d.CloseCircuit(id)
 	d.Wake()
 	return RetryResult{Antecipadas: n, Circuito: integrators.circuits.circuit(id, d.Now())}, nil
 }
@@ -177,8 +183,16 @@ func (s *Deliveries) RetryDeliveryNow(ctx context.Context, id int64) (_ Delivery
 		return DeliveryDetail{}, err
 	}
 	if _, err := s.Store.DueNow(ctx, del.Integrador, id, s.Now(), audit); err != nil {
-		if errors.Is(err, ErrNotFound) {
+		var c *StateConflict
+		switch {
+		case errors.Is(err, ErrNotFound):
 			err = Errorf(ENotFound, "entrega não encontrada")
+		case errors.As(err, &c) && c.Status == EntregaFalhou:
+			err = Errorf(EConflict, "esta entrega falhou: use Reenviar para pô-la de volta na fila")
+		case errors.As(err, &c) && c.Status == EntregaProcessando:
+			err = Errorf(EConflict, "esta entrega está sendo enviada agora")
+		case errors.As(err, &c):
+			err = Errorf(EConflict, "esta entrega já foi entregue")
 		}
 		return DeliveryDetail{}, err
 	}
@@ -197,7 +211,6 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 	}
 	audit.Alvo.Nome = in.Nome
 	d := s.Dispatcher
-	d.init()
 	now := d.Now().UTC()
 	eventID := uuid.Must(uuid.NewV7()).String()
 	body, err := buildEnvelope(Event{EventID: eventID, Tipo: "integracao:verificacao", VersaoSchema: DefaultVersao,
@@ -207,7 +220,7 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 		return Attempt{}, err
 	}
 	a := Attempt{EntregaID: uuid.Must(uuid.NewV7()).String(), Tentativa: 1, Inicio: now}
-	r := d.Sender.Send(ctx, in, Request{EventID: eventID, Agregado: "verificacao:" + eventID, Sequencia: 1,
+	r := d.send(ctx, in, Request{EventID: eventID, Agregado: "verificacao:" + eventID, Sequencia: 1,
 		Corpo: body, EntregaID: a.EntregaID, Tentativa: 1})
 	a.DuracaoMS, a.StatusCode, a.Resposta = d.Now().Sub(now).Milliseconds(), r.Status, r.Snippet
 	if r.Err != nil {
@@ -228,7 +241,7 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 		if err := integrators.reactivate(ctx, id, audit); err != nil {
 			return a, err
 		}
-		d.trip(id, 0, false, false, d.Now())
+		d.CloseCircuit(id)
 		d.Wake()
 	}
 	return a, nil

@@ -319,8 +319,8 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 	}
 	st.total--
 	delete(st.sending, r.ID)
-	if !r.Unsent {
-		d.trip(r.Integrador, r.ID, r.Falha, r.Transport, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
+	if r.Kind.OfReceiver() {
+		d.trip(r.Integrador, r.ID, r.Kind.Failed(), r.Kind == ResultNoAnswer, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
 	d.Metrics.delivered(r)
 	st.outcomes = append(st.outcomes, r)
@@ -337,7 +337,7 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 	active := d.Integrators.activeIDs()
 	deferRow := func(h heldRow, until time.Time) {
 		st.outcomes = append(st.outcomes, DeliveryResult{ID: h.ID, Worker: d.Worker, Integrador: h.Integrador,
-			Status: EntregaPendente, Proxima: until, Deferred: true})
+			Status: EntregaPendente, Proxima: until, Kind: ResultDeferred})
 	}
 	for id, held := range st.queued {
 		limit, _, reopen := d.limit(id, now)
@@ -444,7 +444,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		st.reconcile = false
 	}
 	for _, r := range rec.batch {
-		if !r.Deferred && !r.Unsent {
+		if r.Kind.OfReceiver() {
 			end := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond)
 			d.Integrators.healths.record(r.Integrador, r.Status == EntregaEntregue, r.Attempt.StatusCode != 0,
 				r.Attempt.DuracaoMS, end)
@@ -478,7 +478,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 	}
 	var now time.Time // the latest attempt's end: when the failures happened
 	for _, r := range rec.batch {
-		if at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond); !r.Deferred && at.After(now) {
+		if at := r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond); r.Kind != ResultDeferred && at.After(now) {
 			now = at
 		}
 	}
@@ -503,6 +503,20 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 }
 
 // trip tells the integrator's breaker of an attempt of row that ended at now.
+// send posts req through the dispatcher's Sender: its attempts and the
+// "verificar" ping go out alike.
+func (d *Dispatcher) send(ctx context.Context, in Integrator, req Request) SendResult {
+	d.init()
+	return d.Sender.Send(ctx, in, req)
+}
+
+// CloseCircuit closes id's circuit as a success would: an operator's
+// "Tentar agora", or a "verificar" the receiver accepted.
+func (d *Dispatcher) CloseCircuit(id string) {
+	d.init()
+	d.trip(id, 0, false, false, d.Now())
+}
+
 func (d *Dispatcher) trip(id string, row int64, failed, transport bool, now time.Time) {
 	opened, closed, failures := d.Integrators.circuits.record(id, row, failed, transport, now)
 	switch {
@@ -675,7 +689,16 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 	}
 	out := decide(integratorBackoff(in), attempt-del.TentativasAntes, r, end, d.Jitter())
 	res.Proxima, res.UltimoErr = out.Proxima, out.Reason
-	res.Falha, res.Unsent, res.Transport = out.Kind != Delivered, out.Kind == Unsent, r.Transport
+	switch {
+	case out.Kind == Unsent:
+		res.Kind = ResultUnsent
+	case out.Kind == Delivered:
+		res.Kind = ResultAccepted
+	case r.Transport:
+		res.Kind = ResultNoAnswer
+	default:
+		res.Kind = ResultRefused
+	}
 	switch out.Kind {
 	case Delivered:
 		res.Status = EntregaEntregue

@@ -19,6 +19,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/app/redact"
 	"geohub/store/storetest"
 )
@@ -96,7 +97,7 @@ func FuzzPublish(f *testing.F) {
 	if _, err := reg.SetStatus(ctx, fuzzTipo, fuzzDeprecated, app.StatusDeprecado); err != nil {
 		f.Fatal(err)
 	}
-	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: keys.Redaction(make([]byte, 32)), Now: time.Now}
 
 	const (
 		id1 = "0199bb3e-0000-7000-8000-00000000004a"

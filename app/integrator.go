@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"geohub/app/keys"
 	"regexp"
 	"slices"
 	"strings"
@@ -131,7 +132,7 @@ var eventPattern = regexp.MustCompile(`^(\*|[a-z][a-z0-9-]*:(\*|[a-z][a-z0-9-]*)
 // anywhere stops at once everywhere: Authenticate reads the store.
 type Integrators struct {
 	Store  IntegratorStore
-	Sealer *Sealer
+	Sealer *keys.Sealer
 	Policy CallbackPolicy
 	Now    func() time.Time
 

@@ -3,9 +3,9 @@ package app
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"geohub/app/keys"
 )
 
 // KeyCheckStore keeps the master key's check value (CheckMasterKey): one
@@ -33,20 +33,6 @@ type SealedSamples struct {
 	Body         []byte // sealed, or in clear when an earlier version stored it so
 }
 
-// keyCheckMessage is what the check value authenticates. Changing it, like
-// changing labelKeyCheck, makes every database refuse its own key.
-const keyCheckMessage = "geohub: the master key of this installation"
-
-// DeriveKeyCheck is the value a database keeps to recognise its master
-// key: an HMAC of a constant under a key derived for nothing else, so it
-// says nothing about the keys that seal and sign, and is the same for
-// every replica given the same master key.
-func DeriveKeyCheck(master []byte) []byte {
-	mac := hmac.New(sha256.New, mustDerive(master, labelKeyCheck, "key check"))
-	mac.Write([]byte(keyCheckMessage))
-	return mac.Sum(nil)
-}
-
 // ErrMasterKeyMismatch is CheckMasterKey's refusal.
 var ErrMasterKeyMismatch = errors.New("the master key does not match this database's: " +
 	"either the key given (--master-key-file or GEOHUB_MASTER_KEY; on SQLite without either, DATA/master.key) is not the one " +
@@ -59,7 +45,7 @@ var ErrMasterKeyMismatch = errors.New("the master key does not match this databa
 // dead-letter every delivery it cannot open, for good (resending from a
 // good replica cannot open what it sealed either).
 //
-// The first open of a database stores DeriveKeyCheck's value; every later
+// The first open of a database stores keys.Check's value; every later
 // one compares it. A database that predates the check (an upgraded
 // appliance, a copy of one) takes its value at its first open, but only
 // once the key opens what is already sealed in it (an integrator's secret,
@@ -68,7 +54,7 @@ var ErrMasterKeyMismatch = errors.New("the master key does not match this databa
 // together on an empty database agree on the first one's value, and those
 // given another key refuse.
 func CheckMasterKey(ctx context.Context, st KeyCheckStore, master []byte) error {
-	want := DeriveKeyCheck(master)
+	want := keys.Check(master)
 	stored, err := st.KeyCheck(ctx)
 	if err != nil {
 		return fmt.Errorf("read the master key's check: %w", err)
@@ -95,7 +81,7 @@ func opensSamples(ctx context.Context, st KeyCheckStore, master []byte) error {
 	if err != nil {
 		return fmt.Errorf("read what the database holds sealed: %w", err)
 	}
-	sealer, err := NewSealer(master)
+	sealer, err := keys.NewSealer(master)
 	if err != nil {
 		return err
 	}
@@ -104,7 +90,7 @@ func opensSamples(ctx context.Context, st KeyCheckStore, master []byte) error {
 			return fmt.Errorf("%w (the secret of integrator %s does not open with it)", ErrMasterKeyMismatch, s.IntegratorID)
 		}
 	}
-	if s.EventID != "" && BodySealed(s.Body) {
+	if s.EventID != "" && keys.BodySealed(s.Body) {
 		if _, err := sealer.OpenBody(s.Body, s.EventID); err != nil {
 			return fmt.Errorf("%w (the stored body of event %s does not open with it)", ErrMasterKeyMismatch, s.EventID)
 		}

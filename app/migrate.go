@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,7 +87,7 @@ func (k MigrationKey) Equal(o MigrationKey) bool {
 // each run. A resumed run compares it with the first run's: a source that
 // changed in between (a server ran on it) is refused.
 type MigrationSnapshot struct {
-	// Origin identifies the source's data: MigrationOrigin of its master
+	// Origin identifies the source's data: keys.MigrationOrigin of its master
 	// key. A target holding another origin's rows is refused.
 	Origin string `json:"origem"`
 	// Tables in copy order: each after the tables it references.
@@ -171,7 +170,7 @@ type CopyOptions struct {
 
 // CopyData copies every table of src into dst, resuming where dst's
 // progress stands, then finishes and verifies. origin is
-// MigrationOrigin of the source's master key.
+// keys.MigrationOrigin of the source's master key.
 func CopyData(ctx context.Context, src MigrationSource, dst MigrationTarget, origin string, opt CopyOptions) (MigrationReport, error) {
 	if opt.BatchRows <= 0 {
 		opt.BatchRows = 1000
@@ -213,19 +212,4 @@ func CopyData(ctx context.Context, src MigrationSource, dst MigrationTarget, ori
 		}
 	}
 	return dst.Finish(ctx, snap)
-}
-
-// labelMigration is the HKDF label of MigrationOrigin (see keys.go).
-const labelMigration = "geohub migrate-data origin v1"
-
-// MigrationOrigin names a data directory's data by its master key, which
-// every sealed secret and body depends on, without revealing it: a key
-// derived for this use alone, cut to 16 bytes. A database migrated from
-// one directory then refuses rows of another.
-func MigrationOrigin(master []byte) (string, error) {
-	k, err := deriveKey(master, labelMigration)
-	if err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(k[:16]), nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -73,29 +74,61 @@ type Outbox struct {
 // DeliveryResult is one finished attempt, reported back to the store in
 // batches.
 type DeliveryResult struct {
-	ID        int64
-	Worker    string
-	Status    string // entregue, pendente (retry) or falhou
-	Proxima   time.Time
-	Attempt   Attempt
-	UltimoErr string
-	// Falha says the receiver did not accept it (anything but 2xx): it
-	// starts or extends the integrator's failing period, and a success ends it.
-	Falha      bool
+	ID         int64
+	Worker     string
+	Status     string // entregue, pendente (retry) or falhou
+	Proxima    time.Time
+	Attempt    Attempt
+	UltimoErr  string
 	Integrador string
-	// Unsent: the request could not be put on the wire (its body was
-	// purged, or a header value is not one HTTP allows). It says nothing of
-	// the receiver: neither the breaker nor the failing period counts it.
-	Unsent bool
-	// Transport: the attempt got no HTTP answer (connection refused or
-	// reset, TLS failure, timeout): evidence against the endpoint itself,
-	// whichever event it carried.
-	Transport bool
-	// Deferred: the row was claimed but never sent (its integrator's
+	// Kind is what the row's attempt says of the receiver (the zero value:
+	// it accepted).
+	Kind ResultKind
+}
+
+// StateConflict is the store's answer to a change the row's state refuses
+// (a resend, a "tentar agora"): the facts, which the service words for the
+// person who asked (as River's JobSetStateIfRunning answers with the job).
+type StateConflict struct {
+	Status string // the row's status when the change was refused
+	Purged bool   // its body was purged: a dead letter past its retention
+}
+
+func (e *StateConflict) Error() string {
+	return fmt.Sprintf("delivery is %s (body purged: %v)", e.Status, e.Purged)
+}
+
+// ResultKind is what one finished row says of its receiver, which the
+// breaker, the failing period and the health panel count.
+type ResultKind int
+
+const (
+	// ResultAccepted: a 2xx. It ends the integrator's failing period.
+	ResultAccepted ResultKind = iota
+	// ResultRefused: an HTTP answer that is not 2xx. It starts or extends
+	// the failing period.
+	ResultRefused
+	// ResultNoAnswer: no HTTP answer (connection refused or reset, TLS
+	// failure, timeout): a failure, and evidence against the endpoint
+	// itself, whichever event it carried.
+	ResultNoAnswer
+	// ResultUnsent: the request could not be put on the wire (its body was
+	// purged, or a header value is not one HTTP allows). Its attempt is
+	// recorded, but it says nothing of the receiver: neither the breaker
+	// nor the failing period counts it.
+	ResultUnsent
+	// ResultDeferred: the row was claimed but never sent (its integrator's
 	// circuit opened, or it was disabled, meanwhile); it goes back to
 	// pendente at Proxima with no attempt recorded.
-	Deferred bool
-}
+	ResultDeferred
+)
+
+// Failed says the receiver did not accept the request.
+func (k ResultKind) Failed() bool { return k == ResultRefused || k == ResultNoAnswer }
+
+// OfReceiver says the row's attempt tells something of the receiver: it
+// reached the wire.
+func (k ResultKind) OfReceiver() bool { return k != ResultUnsent && k != ResultDeferred }
 
 // Quota is how many rows a claim may take for one integrator.
 type Quota struct {

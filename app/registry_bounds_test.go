@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/app/redact"
 	"geohub/store/storetest"
 )
@@ -58,7 +59,7 @@ func TestSchemaStoredPastTheBoundStillLoadsAndItsPublishesAreBounded(t *testing.
 		t.Fatalf("a new version of it: %v, want 422 at /schema/$defs/d_4", err)
 	}
 
-	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
+	pub := &app.Publisher{Log: db, Registry: reg, RedactionKey: keys.Redaction(make([]byte, 32)), Now: time.Now}
 	publish := func(tipo string) *app.Error {
 		_, _, err := pub.Publish(ctx, app.PublishRequest{Tipo: tipo, Origem: "rh", Payload: json.RawMessage(`{"x":1}`)})
 		var e *app.Error

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"geohub/app/keys"
 	"log/slog"
 	"time"
 )
@@ -19,7 +20,7 @@ const sealBatch = 256
 // clear text survives in no free page. Interrupted, it
 // resumes at the next start; finished, it costs one read. It runs before
 // the dispatcher, which sends only sealed bodies.
-func SealStoredBodies(ctx context.Context, st ClearBodies, s *Sealer, logger *slog.Logger) error {
+func SealStoredBodies(ctx context.Context, st ClearBodies, s *keys.Sealer, logger *slog.Logger) error {
 	pending, err := st.ClearBodiesPending(ctx)
 	if err != nil || !pending {
 		return err
@@ -27,7 +28,7 @@ func SealStoredBodies(ctx context.Context, st ClearBodies, s *Sealer, logger *sl
 	start := time.Now()
 	bodies, err := sealAll(func() (int, bool, error) {
 		return st.SealClearBodies(ctx, sealBatch, func(eventID string, body []byte) []byte {
-			if BodySealed(body) {
+			if keys.BodySealed(body) {
 				return nil
 			}
 			return s.SealBody(body, eventID)

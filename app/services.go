@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"geohub/app/keys"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -129,7 +130,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		metrics = NewMetrics(d.Registerer)
 		registerGauges(d.Registerer, db)
 	}
-	sealer, err := NewSealer(d.MasterKey)
+	sealer, err := keys.NewSealer(d.MasterKey)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 			"integrador", in.ID, "nome", in.Nome, "motivo", in.CallbackRecusado)
 	}
 	publisher := &Publisher{Log: db, Registry: registry, Integrators: integrators,
-		RedactionKey: DeriveRedactionKey(d.MasterKey), Now: d.Now, Metrics: metrics}
+		RedactionKey: keys.Redaction(d.MasterKey), Now: d.Now, Metrics: metrics}
 	s := &Services{
 		Store:       db,
 		Now:         d.Now,
@@ -154,10 +155,10 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Metrics:     metrics,
 		Registry:    registry,
 		Auth:        &Auth{Store: db, Now: d.Now, PasswordCost: d.PasswordCost},
-		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: DeriveCSRFKey(d.MasterKey), PasswordCost: d.PasswordCost},
+		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost},
 		Integrators: integrators,
 		Publisher:   publisher,
-		Commands:    &Commands{Publisher: publisher, Log: db, Key: DeriveCommandKey(d.MasterKey), Now: d.Now},
+		Commands:    &Commands{Publisher: publisher, Log: db, Key: keys.Command(d.MasterKey), Now: d.Now},
 		Consumers:   &Consumers{Log: db, Store: db, Now: d.Now, Logger: d.Logger, Metrics: metrics},
 		Queries:     &Queries{Log: db, Store: db},
 		AuditTrail:  &AuditTrail{Store: db, Now: d.Now},

@@ -65,7 +65,7 @@ type Sessions struct {
 		LoginLimitStore
 	}
 	Now func() time.Time
-	// CSRFKey signs the CSRF token of each session (see DeriveCSRFKey).
+	// CSRFKey signs the CSRF token of each session (see keys.CSRF).
 	CSRFKey []byte
 	// TTL is how long a session lasts; default DefaultSessionTTL.
 	TTL time.Duration

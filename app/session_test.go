@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store/storetest"
 
 	"golang.org/x/crypto/bcrypt"
@@ -16,7 +17,7 @@ func sessionsSetup(t *testing.T) (*app.Sessions, *fakeClock) {
 	t.Helper()
 	db := storetest.Open(t, time.Now)
 	clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: app.DeriveCSRFKey(make([]byte, 32)), PasswordCost: bcrypt.MinCost}
+	s := &app.Sessions{Store: db, Now: clock.Now, CSRFKey: keys.CSRF(make([]byte, 32)), PasswordCost: bcrypt.MinCost}
 	auth := &app.Auth{Store: db, Now: clock.Now, PasswordCost: bcrypt.MinCost}
 	if _, _, err := auth.EnsureAdmin(t.Context(), "senha-do-admin-1"); err != nil {
 		t.Fatal(err)

@@ -157,12 +157,12 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		cleared := map[string]bool{}
 		lastOK := map[string]int64{} // each integrator's latest success in the batch
 		for _, r := range results {
-			if !r.Deferred && r.Status == app.EntregaEntregue {
+			if r.Kind != app.ResultDeferred && r.Status == app.EntregaEntregue {
 				lastOK[r.Integrador] = max(lastOK[r.Integrador], ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)))
 			}
 		}
 		for _, r := range results {
-			if r.Deferred {
+			if r.Kind == app.ResultDeferred {
 				if _, err := tx.stmt(tx.stmts.deferRow).Exec(ms(r.Proxima), r.ID, r.Worker); err != nil {
 					return fmt.Errorf("defer delivery %d: %w", r.ID, err)
 				}
@@ -189,10 +189,10 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				a.DuracaoMS, code, a.Erro, a.RespostaSelada); err != nil {
 				return fmt.Errorf("record attempt of %d: %w", r.ID, err)
 			}
-			if r.Unsent {
+			if !r.Kind.OfReceiver() {
 				continue // says nothing of the receiver
 			}
-			if !r.Falha {
+			if !r.Kind.Failed() {
 				delete(failing, r.Integrador)
 				if cleared[r.Integrador] {
 					continue // once per integrator and batch
@@ -451,10 +451,10 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.Au
 			return err
 		}
 		if status != app.EntregaFalhou {
-			return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
+			return &app.StateConflict{Status: status}
 		}
 		if purged {
-			return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
+			return &app.StateConflict{Status: status, Purged: true}
 		}
 		if _, err = tx.Exec(`UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
 			quedas = 0, falhou_em = NULL WHERE id = ?`, ms(now), id); err != nil {
@@ -510,14 +510,8 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 			if err != nil {
 				return err
 			}
-			switch status {
-			case app.EntregaPendente:
-			case app.EntregaFalhou:
-				return app.Errorf(app.EConflict, "esta entrega falhou: use Reenviar para pô-la de volta na fila")
-			case app.EntregaProcessando:
-				return app.Errorf(app.EConflict, "esta entrega está sendo enviada agora")
-			default:
-				return app.Errorf(app.EConflict, "esta entrega já foi entregue")
+			if status != app.EntregaPendente {
+				return &app.StateConflict{Status: status}
 			}
 		}
 		q := `UPDATE outbox SET proxima_tentativa = ? WHERE integrador_id = ? AND status = 'pendente'

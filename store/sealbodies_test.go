@@ -15,6 +15,7 @@ import (
 
 	"geohub"
 	"geohub/app"
+	"geohub/app/keys"
 )
 
 // The clear text an earlier version's bodies held: a kept body's, and a
@@ -147,12 +148,12 @@ func TestUpgradeSealsTheClearBodiesAndLeavesNoCopyInTheFiles(t *testing.T) {
 	const rows = 700 // several batches
 	dir, kept := writeVersion11(t, rows)
 	path := filepath.Join(dir, FileName)
-	sealer, err := app.NewSealer(bytes.Repeat([]byte{7}, 32))
+	sealer, err := keys.NewSealer(bytes.Repeat([]byte{7}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seal := func(eventID string, body []byte) []byte {
-		if app.BodySealed(body) {
+		if keys.BodySealed(body) {
 			return nil
 		}
 		return sealer.SealBody(body, eventID)
@@ -261,7 +262,7 @@ func TestANewDatabaseFinishesTheUpgradeAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	sealer, _ := app.NewSealer(make([]byte, 32))
+	sealer, _ := keys.NewSealer(make([]byte, 32))
 	start := time.Now()
 	if err := app.SealStoredBodies(ctx, db, sealer, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestANewDatabaseFinishesTheUpgradeAtOnce(t *testing.T) {
 // checkAnswersSealed checks that want attempts had an answer, that each is
 // sealed and opens to upgradeAnswer on its own attempt only, and that none
 // is left in clear.
-func checkAnswersSealed(t *testing.T, db *DB, sealer *app.Sealer, want int) {
+func checkAnswersSealed(t *testing.T, db *DB, sealer *keys.Sealer, want int) {
 	t.Helper()
 	rs, err := db.read.QueryContext(t.Context(), `SELECT entrega_id, resposta, resposta_selada FROM delivery_attempt`)
 	if err != nil {
@@ -316,7 +317,7 @@ func TestUpgradeSealsTheClearAnswersOfADatabaseWhoseBodiesWereSealed(t *testing.
 	ctx := t.Context()
 	dir, _ := writeVersion11(t, 30)
 	path := filepath.Join(dir, FileName)
-	sealer, err := app.NewSealer(bytes.Repeat([]byte{7}, 32))
+	sealer, err := keys.NewSealer(bytes.Repeat([]byte{7}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}

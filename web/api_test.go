@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/app/ocorrencia"
 	"geohub/store/storetest"
 	"geohub/web"
@@ -378,7 +379,7 @@ func apiPublishBody(tipo string, payload any) map[string]any {
 }
 
 func apiHMAC(value string) string {
-	m := hmac.New(sha256.New, app.DeriveRedactionKey(apiMasterKey))
+	m := hmac.New(sha256.New, keys.Redaction(apiMasterKey))
 	m.Write([]byte(value))
 	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil))
 }

@@ -30,7 +30,7 @@
 //   - hash replaces the value with "hmac-sha256:" + hex(HMAC-SHA256(key, b)),
 //     b being a string's UTF-8 bytes or, for any other value, its compact
 //     JSON (keys sorted, numbers as their literal text, no HTML escaping).
-//     The key is derived from the master key (app.DeriveRedactionKey),
+//     The key is derived from the master key (keys.Redaction),
 //     never the master key itself.
 //   - arredondar rounds a number to 3 decimal places (half away from zero,
 //     computed on the decimal text, not on a float), or an object with
@@ -299,7 +299,7 @@ func (n *node) elem(i int) *node {
 }
 
 // Apply returns a new payload holding only what the rules name. key is the
-// HMAC key for hash rules (app.DeriveRedactionKey). The result is never nil.
+// HMAC key for hash rules (keys.Redaction). The result is never nil.
 func (p *Program) Apply(key []byte, payload map[string]any) map[string]any {
 	if p == nil || p.root == nil {
 		return map[string]any{}

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// testKey stands for the derived key (app.DeriveRedactionKey, pinned in
+// testKey stands for the derived key (keys.Redaction, pinned in
 // app/keys_test.go); redact cannot import app, and any 32 bytes do here.
 var testKey = bytes.Repeat([]byte{0x11}, 32)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store"
 )
 
@@ -25,6 +26,7 @@ import (
 // the clear text afterwards, and the sealed bodies still deliver, byte for
 // byte and signed.
 func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
+	alongside(t)
 	sqliteOnly(t)
 	const events = 5
 	ctx := context.Background()
@@ -37,7 +39,7 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sealer, err := app.NewSealer(key)
+	sealer, err := keys.NewSealer(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store"
 )
 
@@ -234,7 +235,7 @@ func benchStoredPayload(b *testing.B, ctx context.Context, db *store.DB) string 
 	}
 	benchRegister(b, ctx, reg)
 	capture := &benchCaptureLog{}
-	p := &app.Publisher{Log: capture, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)), Now: time.Now}
+	p := &app.Publisher{Log: capture, Registry: reg, RedactionKey: keys.Redaction(make([]byte, 32)), Now: time.Now}
 	if _, _, err := p.Publish(ctx, benchRequest(0)); err != nil {
 		b.Fatal(err)
 	}
@@ -390,7 +391,7 @@ func benchInProcess(b *testing.B, workers int) benchResult {
 		commits.Add(1)
 		events.Add(int64(len(batch)))
 	})
-	p := &app.Publisher{Log: db, Registry: reg, RedactionKey: app.DeriveRedactionKey(make([]byte, 32)),
+	p := &app.Publisher{Log: db, Registry: reg, RedactionKey: keys.Redaction(make([]byte, 32)),
 		Now: time.Now, Metrics: app.NewMetrics(prometheus.NewRegistry())}
 
 	elapsed, cpu, lat := benchRun(b, b.N, workers, func(_, i int) error {

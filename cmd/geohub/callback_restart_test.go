@@ -18,6 +18,7 @@ import (
 // says so at start, the API and the console's integrator page say why, and
 // each delivery dead-letters with that reason before any dial.
 func TestAnInsecureCallbackIsRefusedAfterARestartWithoutInsecureCallbacks(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	rec := newCollector()
 	cad := httptest.NewServer(rec)

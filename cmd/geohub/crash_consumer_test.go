@@ -124,7 +124,7 @@ func TestConsumerAfterRepeatedKill9(t *testing.T) {
 		return c
 	}
 	srv := start()
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", data)
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, out)

@@ -117,7 +117,7 @@ func TestReadModelAfterKill9(t *testing.T) {
 		return c
 	}
 	srv := start(20 * time.Millisecond)
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	out, err := cli(t, nil, bin, "token", "create", "--papel", "operador", "--data", data)
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, out)

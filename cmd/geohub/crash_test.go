@@ -867,7 +867,7 @@ func TestRepeatedKill9UnderPublishAndDeliveryLoad(t *testing.T) {
 	if !srv.alive() {
 		t.Fatalf("geohub did not start:\n%s", srv.out)
 	}
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", data)
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, out)
@@ -1452,7 +1452,7 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 	if !srv.alive() {
 		t.Fatalf("geohub did not start:\n%s", srv.out)
 	}
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	tok, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", data)
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, tok)
@@ -1616,10 +1616,13 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 		}
 	}
 	base := "http://" + srv.addr + "/api/entregas?limite=1&status="
+	// Two minutes: under RLIMIT_FSIZE thousands may have been acknowledged
+	// before writes failed, and the machine may be busy; only a failure
+	// waits that long.
 	if !wait(func() bool {
 		n, err := total(client, base+app.EntregaEntregue, token)
 		return err == nil && n == len(acked)
-	}, 30*time.Second) {
+	}, 2*time.Minute) {
 		n, _ := total(client, base+app.EntregaEntregue, token)
 		f, _ := total(client, base+app.EntregaFalhou, token)
 		t.Fatalf("%d of %d deliveries made (%d dead-lettered) after the restart", n, len(acked), f)

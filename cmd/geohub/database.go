@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/app/ocorrencia"
 	"geohub/store"
 	"geohub/store/postgres"
@@ -124,9 +125,9 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 	// bodies an earlier version stored in clear are sealed here, with a
 	// key checked first.
 	err = d.checkKey(ctx, db, key)
-	var sealer *app.Sealer
+	var sealer *keys.Sealer
 	if err == nil {
-		sealer, err = app.NewSealer(key)
+		sealer, err = keys.NewSealer(key)
 	}
 	if err == nil {
 		err = app.SealStoredBodies(ctx, db, sealer, logger)

@@ -89,6 +89,7 @@ func e2eDeliveries(t *testing.T, client *http.Client, addr, token, integrador st
 }
 
 func TestEndToEndCommandsReachTheRightCADs(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	srv := startServer(t, data, "--insecure-callbacks")
 	admin := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
@@ -253,6 +254,7 @@ func TestEndToEndCommandsReachTheRightCADs(t *testing.T) {
 }
 
 func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	admin := ""
 	client := &http.Client{Timeout: 10 * time.Second}

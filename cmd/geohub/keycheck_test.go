@@ -20,6 +20,7 @@ import (
 // again. The commands that open the database refuse it too, whichever way
 // the key is given.
 func TestServeRefusesAnotherMasterKey(t *testing.T) {
+	alongside(t)
 	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)

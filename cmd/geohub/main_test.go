@@ -131,8 +131,11 @@ func TestMain(m *testing.M) {
 var buildBinary = sync.OnceValues(func() (string, error) { return testBinary("GEOHUB_TEST_BINARY", raceBuild) })
 
 // plainBinary is the geohub of the fault suite (launch: kill -9 under
-// load, full and read-only disks, memory and write-deadline bounds), never
-// built with the race detector: its bounds are the real server's. A -race
+// load, full and read-only disks, memory and write-deadline bounds) and of
+// the one-shot commands (token create, backup, migrate-data, operator
+// reset-password), never built with the race detector: the suite's bounds
+// are the real server's, and a command runs one goroutine, whose -race
+// build only spent the tests' time (a bcrypt hash takes a second under it). A -race
 // server peaked at 215 MiB under a 200 MiB bound the real one keeps with
 // room to spare, and drained 1,847 of 2,338 deliveries in the 45 s the
 // real one needs a few for. The in-process suites run the same writer,
@@ -204,10 +207,11 @@ func poll(within time.Duration, ok func() bool) bool {
 
 // alongside puts t in the package's parallel group, which runs once the
 // serial tests are done, two at a time: the browser tests, the
-// write-deadline test's idle minute, and the tests whose time is their own
-// work or the server's (large events, at-rest scans), none of which
-// asserts a timing that a neighbour could upset. The crash suite and the
-// guide's receivers, which do, stay serial.
+// write-deadline test's idle minute, the functional end-to-end tests
+// (commands, the demo, migrate-data, restarts) and those whose time is
+// their own work or the server's (large events, at-rest scans), none of
+// which asserts a timing that a neighbour could upset. The crash suite and
+// the guide's receivers, which do, stay serial.
 func alongside(t *testing.T) {
 	t.Helper()
 	t.Parallel()
@@ -316,7 +320,7 @@ func startBinary(t *testing.T, binary func() (string, error), data string, flags
 
 func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
-	bin, err := buildBinary()
+	bin, err := plainBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,6 +426,7 @@ func TestAcknowledgedPublishesSurviveKill9(t *testing.T) {
 }
 
 func TestGracefulShutdownAndBackup(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	srv := startServer(t, data)
 	token := lastLine(runCLI(t, "token", "create", "--papel", "produtor", "--nome", "integra", "--data", data))
@@ -434,7 +439,7 @@ func TestGracefulShutdownAndBackup(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "copia.db")
 	if storetest.Backend() == "postgres" {
 		// PostgreSQL is backed up with its own tools.
-		bin, _ := buildBinary()
+		bin, _ := plainBinary()
 		msg, err := exec.Command(bin, withDatabase(t, []string{"backup", "--out", out, "--data", data})...).CombinedOutput()
 		if err == nil || !strings.Contains(string(msg), "pg_dump") {
 			t.Fatalf("backup on PostgreSQL: %v\n%s", err, msg)
@@ -614,6 +619,7 @@ func consoleHome(t *testing.T, c *http.Client, addr string) bool {
 }
 
 func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
+	alongside(t)
 	data := t.TempDir()
 	srv := startServer(t, data)
 	jar, _ := cookiejar.New(nil)
@@ -647,7 +653,7 @@ func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
 		t.Error("the new password reached the server's log")
 	}
 
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	msg, err := exec.Command(bin, withDatabase(t, []string{"operator", "reset-password", "--login", "ninguem", "--data", data})...).CombinedOutput()
 	if err == nil || !strings.Contains(string(msg), `no console account with login "ninguem"`) {
 		t.Errorf("an unknown login: %v\n%s", err, msg)
@@ -657,7 +663,7 @@ func TestOperatorResetPasswordFromTheCommandLine(t *testing.T) {
 // A mistyped --data must not become a new, empty data directory with a
 // token or an account in it that the running server never sees.
 func TestCommandsRefuseADataDirWithoutDatabase(t *testing.T) {
-	bin, err := buildBinary()
+	bin, err := plainBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

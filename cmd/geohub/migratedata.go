@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store"
 	"geohub/store/postgres"
 )
@@ -72,7 +73,7 @@ func (m migrateData) run(ctx context.Context, out io.Writer) error {
 	if len(key) != 32 {
 		return exitWith(refusedExit, fmt.Errorf("%w: master key %s: want 32 bytes, found %d", app.ErrMigrationRefused, keyPath, len(key)))
 	}
-	origin, err := app.MigrationOrigin(key)
+	origin, err := keys.MigrationOrigin(key)
 	if err != nil {
 		return err
 	}

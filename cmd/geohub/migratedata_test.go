@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store"
 	"geohub/store/postgres"
 	"geohub/store/storetest"
@@ -36,6 +37,7 @@ var errKilled = errors.New("killed")
 // copy through the services: the same events, secrets, deliveries,
 // accounts, and counters that continue the source's.
 func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
+	alongside(t)
 	if storetest.Backend() == "postgres" {
 		t.Skip("the source of migrate-data is SQLite: this test runs in the SQLite pass, against PostgreSQL all the same")
 	}
@@ -82,7 +84,7 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 	})
 
 	// While the appliance runs, migrate-data refuses and writes nothing.
-	bin, err := buildBinary()
+	bin, err := plainBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 	if err != nil || len(dead.Linhas) < 3 || !reflect.DeepEqual(dead, liteDead) {
 		t.Fatalf("dead letters on PostgreSQL: %d (the source %d), %v", len(dead.Linhas), len(liteDead.Linhas), err)
 	}
-	sealer, err := app.NewSealer(key)
+	sealer, err := keys.NewSealer(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,6 +331,7 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 // protect a target: data that no migration wrote, a migration of another
 // data directory, and a source that changed after its copy began.
 func TestMigrateDataRefusesATargetItDidNotFill(t *testing.T) {
+	alongside(t)
 	if storetest.Backend() == "postgres" {
 		t.Skip("the source of migrate-data is SQLite: this test runs in the SQLite pass, against PostgreSQL all the same")
 	}
@@ -352,7 +355,7 @@ func TestMigrateDataRefusesATargetItDidNotFill(t *testing.T) {
 			t.Fatal(err)
 		}
 		// As every start does: a new database's sealing upgrade is done.
-		sealer, err := app.NewSealer(key)
+		sealer, err := keys.NewSealer(key)
 		if err != nil {
 			t.Fatal(err)
 		}

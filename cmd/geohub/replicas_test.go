@@ -81,7 +81,7 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	)
 	rs := newReplicaSet(t, 1, "--insecure-callbacks")
 	first := rs.nodes[0]
-	bin, _ := buildBinary()
+	bin, _ := plainBinary()
 	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
 	if err != nil {
 		t.Fatalf("token create: %v %s", err, out)

@@ -15,7 +15,7 @@ import (
 // returns its stdout, its stderr and whether it exited 0.
 func geohubCLI(t *testing.T, stdin string, env []string, args ...string) (string, string, bool) {
 	t.Helper()
-	bin, err := buildBinary()
+	bin, err := plainBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

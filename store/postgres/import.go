@@ -44,7 +44,7 @@ const migrateDataLock = 0x67656f6875626d64 // "geohubmd"
 const progressSQL = `
 CREATE TABLE IF NOT EXISTS migracao_dados (
     id           INTEGER PRIMARY KEY CHECK (id = 1),
-    origem       TEXT    NOT NULL, -- app.MigrationOrigin of the source's master key
+    origem       TEXT    NOT NULL, -- keys.MigrationOrigin of the source's master key
     snapshot     TEXT    NOT NULL, -- app.MigrationSnapshot as JSON, read when the copy began
     iniciada_em  BIGINT  NOT NULL,
     concluida_em BIGINT            -- set once every table was copied and verified

@@ -258,7 +258,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	var claimed []app.Delivery
 	var keys []lockKey
 	for _, r := range results {
-		if !r.Deferred && !r.Unsent {
+		if r.Kind.OfReceiver() {
 			keys = append(keys, key("integrator", r.Integrador))
 		}
 	}
@@ -266,7 +266,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		clear(failing)
 		p := &pipe{}
 		for _, r := range results {
-			if r.Deferred {
+			if r.Kind == app.ResultDeferred {
 				p.exec(deferSQL, ms(r.Proxima), r.ID, r.Worker)
 				continue
 			}
@@ -297,12 +297,12 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		periods := map[string]*period{}
 		lastOK := map[string]int64{}
 		for _, r := range results {
-			if !r.Deferred && r.Status == app.EntregaEntregue {
+			if r.Kind != app.ResultDeferred && r.Status == app.EntregaEntregue {
 				lastOK[r.Integrador] = max(lastOK[r.Integrador], ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)))
 			}
 		}
 		for _, r := range results {
-			if r.Deferred || r.Unsent {
+			if !r.Kind.OfReceiver() {
 				continue // says nothing of the receiver
 			}
 			p := periods[r.Integrador]
@@ -310,7 +310,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				p = &period{}
 				periods[r.Integrador] = p
 			}
-			if !r.Falha {
+			if !r.Kind.Failed() {
 				p.cleared, p.since, p.failing, p.lastOK = true, nil, false, lastOK[r.Integrador]
 				continue
 			}
@@ -359,7 +359,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	}
 	late := func(tx *wtx, p *pipe) error {
 		for _, r := range results {
-			if r.Deferred {
+			if r.Kind == app.ResultDeferred {
 				continue
 			}
 			a := r.Attempt
@@ -370,7 +370,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	}
 	o := &op{keys: keys, fn: main}
 	for _, r := range results {
-		if !r.Deferred {
+		if r.Kind != app.ResultDeferred {
 			o.late = late
 			break
 		}
@@ -611,9 +611,9 @@ func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.Au
 			case err != nil:
 				return err
 			case status != app.EntregaFalhou:
-				return app.Errorf(app.EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", status)
+				return &app.StateConflict{Status: status}
 			default:
-				return app.Errorf(app.EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
+				return &app.StateConflict{Status: status, Purged: true}
 			}
 		}
 		return tx.audit(audit, ms(db.now()))
@@ -668,14 +668,8 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 			if err != nil {
 				return err
 			}
-			switch status {
-			case app.EntregaPendente:
-			case app.EntregaFalhou:
-				return app.Errorf(app.EConflict, "esta entrega falhou: use Reenviar para pô-la de volta na fila")
-			case app.EntregaProcessando:
-				return app.Errorf(app.EConflict, "esta entrega está sendo enviada agora")
-			default:
-				return app.Errorf(app.EConflict, "esta entrega já foi entregue")
+			if status != app.EntregaPendente {
+				return &app.StateConflict{Status: status}
 			}
 		}
 		q := `UPDATE outbox SET proxima_tentativa = $1 WHERE id IN (SELECT id FROM outbox

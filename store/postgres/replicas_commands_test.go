@@ -194,7 +194,7 @@ func TestTheAttemptAfterALostLeaseHasTheNextNumber(t *testing.T) {
 	}
 	now := time.Now()
 	late := app.DeliveryResult{ID: got[0].ID, Worker: "a", Integrador: "int-1", Status: app.EntregaPendente,
-		Proxima: now, Falha: true,
+		Proxima: now, Kind: app.ResultRefused,
 		Attempt: app.Attempt{EntregaID: "0199-a", Tentativa: got[0].Tentativas + 1, Inicio: now, DuracaoMS: 2, StatusCode: 500}}
 	if _, _, err := a.FinishDeliveries(ctx, []app.DeliveryResult{late}, "a", now, time.Minute, nil); err != nil {
 		t.Fatal(err)

@@ -124,7 +124,7 @@ func TestReplicasKeepEachAggregateInOrder(t *testing.T) {
 								Attempt: app.Attempt{EntregaID: fmt.Sprint(d.ID, "-", d.Tentativas), Tentativa: d.Tentativas + 1,
 									Inicio: start, StatusCode: 204}}
 							if d.Tentativas < 3 && rand.IntN(3) == 0 {
-								res.Status, res.Falha, res.Attempt.StatusCode = app.EntregaPendente, true, 503
+								res.Status, res.Kind, res.Attempt.StatusCode = app.EntregaPendente, app.ResultRefused, 503
 								res.Proxima = start.Add(time.Duration(rand.IntN(4)) * time.Millisecond)
 							}
 							results = append(results, res)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/app/keys"
 	"geohub/store"
 )
 
@@ -60,7 +61,7 @@ func KeyCheckConformance(t *testing.T, backend string) {
 	// envelope an earlier version stored).
 	holding := func(t *testing.T, db Store, secretKey, bodyKey []byte, clear bool) string {
 		t.Helper()
-		s, err := app.NewSealer(secretKey)
+		s, err := keys.NewSealer(secretKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func KeyCheckConformance(t *testing.T, backend string) {
 		ev := NewEvent("a:b")
 		body := []byte(`{"a":1}`)
 		if !clear {
-			b, err := app.NewSealer(bodyKey)
+			b, err := keys.NewSealer(bodyKey)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,8 +99,8 @@ func KeyCheckConformance(t *testing.T, backend string) {
 		if err := check(t, db, keyA); err != nil {
 			t.Fatal(err)
 		}
-		if v := stored(t, db); !bytes.Equal(v, app.DeriveKeyCheck(keyA)) {
-			t.Fatalf("stored %x, want key A's check %x", v, app.DeriveKeyCheck(keyA))
+		if v := stored(t, db); !bytes.Equal(v, keys.Check(keyA)) {
+			t.Fatalf("stored %x, want key A's check %x", v, keys.Check(keyA))
 		}
 		if err := check(t, db, keyB); !errors.Is(err, app.ErrMasterKeyMismatch) {
 			t.Fatalf("another key: %v, want ErrMasterKeyMismatch", err)
@@ -114,7 +115,7 @@ func KeyCheckConformance(t *testing.T, backend string) {
 		if err := check(t, again, keyA); err != nil {
 			t.Fatalf("the key the database was first opened with: %v", err)
 		}
-		if v := stored(t, again); !bytes.Equal(v, app.DeriveKeyCheck(keyA)) {
+		if v := stored(t, again); !bytes.Equal(v, keys.Check(keyA)) {
 			t.Fatalf("the refused key changed the check: %x", v)
 		}
 	})
@@ -152,14 +153,14 @@ func KeyCheckConformance(t *testing.T, backend string) {
 			if i%2 == 1 {
 				key = keyB
 			}
-			switch mine := bytes.Equal(won, app.DeriveKeyCheck(key)); {
+			switch mine := bytes.Equal(won, keys.Check(key)); {
 			case mine && err != nil:
 				t.Errorf("replica %d, given the key that was kept: %v", i, err)
 			case !mine && !errors.Is(err, app.ErrMasterKeyMismatch):
 				t.Errorf("replica %d, given the other key: %v, want ErrMasterKeyMismatch", i, err)
 			}
 		}
-		if !bytes.Equal(won, app.DeriveKeyCheck(keyA)) && !bytes.Equal(won, app.DeriveKeyCheck(keyB)) {
+		if !bytes.Equal(won, keys.Check(keyA)) && !bytes.Equal(won, keys.Check(keyB)) {
 			t.Fatalf("kept %x, neither key's check", won)
 		}
 	})
@@ -177,7 +178,7 @@ func KeyCheckConformance(t *testing.T, backend string) {
 		if err := check(t, db, keyA); err != nil {
 			t.Fatalf("the key that sealed what is stored: %v", err)
 		}
-		if v := stored(t, db); !bytes.Equal(v, app.DeriveKeyCheck(keyA)) {
+		if v := stored(t, db); !bytes.Equal(v, keys.Check(keyA)) {
 			t.Fatalf("stored %x, want key A's check", v)
 		}
 	})

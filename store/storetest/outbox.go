@@ -101,8 +101,12 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 	}
 	quota := func(id string, n int) []app.Quota { return []app.Quota{{Integrador: id, N: n}} }
 	result := func(d app.Delivery, status string, at time.Time) app.DeliveryResult {
+		kind := app.ResultAccepted
+		if status != app.EntregaEntregue {
+			kind = app.ResultRefused
+		}
 		return app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: d.Integrador, Status: status, Proxima: at,
-			Falha: status != app.EntregaEntregue, Attempt: app.Attempt{EntregaID: fmt.Sprint("e-", d.ID, "-", d.Tentativas+1),
+			Kind: kind, Attempt: app.Attempt{EntregaID: fmt.Sprint("e-", d.ID, "-", d.Tentativas+1),
 				Tentativa: d.Tentativas + 1, Inicio: at, DuracaoMS: 3, StatusCode: map[bool]int{true: 204, false: 500}[status == app.EntregaEntregue]}}
 	}
 
@@ -266,7 +270,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		Enqueue(t, f.DB, "a:b", "c:1", f.id)
 		c1 := claim("c:1#1")[0]
 		deferred := app.DeliveryResult{ID: c1.ID, Worker: "w", Integrador: f.id, Status: app.EntregaPendente,
-			Proxima: now.Add(time.Hour), Deferred: true}
+			Proxima: now.Add(time.Hour), Kind: app.ResultDeferred}
 		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{deferred}, "w", now, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +374,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 		rows, _ = f.DB.ClaimDeliveries(ctx, "w", now.Add(2*time.Hour), time.Minute, quota(f.id, 1))
 		unsent := result(rows[0], app.EntregaFalhou, now.Add(2*time.Hour))
-		unsent.Unsent = true
+		unsent.Kind = app.ResultUnsent
 		if failing, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{unsent}, "w", now, time.Minute, nil); err != nil || len(failing) != 0 {
 			t.Fatalf("an unsent result: failing %v %v", failing, err)
 		}
@@ -400,7 +404,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if err := f.DB.Resend(ctx, page[0].ID, now, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.DB.Resend(ctx, page[0].ID, now, nil); app.ErrorCode(err) != app.EConflict {
+		if err := f.DB.Resend(ctx, page[0].ID, now, nil); !conflict(err, app.EntregaPendente, false) {
 			t.Fatalf("resending a pending row: %v", err)
 		}
 		if err := f.DB.Resend(ctx, 999999, now, nil); !errors.Is(err, app.ErrNotFound) {
@@ -430,7 +434,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		fail := func(d app.Delivery, at time.Time) {
 			t.Helper()
 			res := app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: f.id, Status: app.EntregaFalhou, Proxima: at,
-				UltimoErr: "o receptor respondeu 400", Falha: true,
+				UltimoErr: "o receptor respondeu 400", Kind: app.ResultRefused,
 				Attempt: app.Attempt{EntregaID: "a", Tentativa: d.Tentativas + 1, Inicio: at.Add(-time.Second), DuracaoMS: 1000, StatusCode: 400}}
 			if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{res}, "w", at, lease, nil); err != nil {
 				t.Fatal(err)
@@ -477,7 +481,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if !purged(poison.ID) {
 			t.Fatal("the poison row's retention must count from when the reaper dead-lettered it")
 		}
-		if err := f.DB.Resend(ctx, first.ID, t0, nil); app.ErrorCode(err) != app.EConflict {
+		if err := f.DB.Resend(ctx, first.ID, t0, nil); !conflict(err, app.EntregaFalhou, true) {
 			t.Fatalf("resend of a purged dead letter: %v", err)
 		}
 		fail(claim(t0.Add(5*time.Hour), 1)[0], t0.Add(5*time.Hour))
@@ -536,7 +540,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 			t.Fatal(err)
 		}
 		audit := &app.AuditEntry{Acao: "entregas.tentar_agora", Resultado: app.AuditOK, Alvo: app.AuditTarget{Tipo: "integrador", ID: f.id}}
-		if _, err := f.DB.DueNow(ctx, f.id, rows[2].ID, now, audit); app.ErrorCode(err) != app.EConflict {
+		if _, err := f.DB.DueNow(ctx, f.id, rows[2].ID, now, audit); !conflict(err, app.EntregaProcessando, false) {
 			t.Fatalf("due now of a row in flight: %v", err)
 		}
 		if _, err := f.DB.DueNow(ctx, "outro", rows[0].ID, now, nil); !errors.Is(err, app.ErrNotFound) {
@@ -744,7 +748,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if err := f.DB.Resend(ctx, rows[0].ID, now, one); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.DB.Resend(ctx, rows[0].ID, now, one); app.ErrorCode(err) != app.EConflict {
+		if err := f.DB.Resend(ctx, rows[0].ID, now, one); !conflict(err, app.EntregaPendente, false) {
 			t.Fatalf("a second resend: %v", err)
 		}
 		all := &app.AuditEntry{Acao: "entregas.reenviar", Resultado: app.AuditOK, CountAs: "reenviadas"}
@@ -758,4 +762,11 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 			t.Fatalf("a bulk-resent row: %+v", d)
 		}
 	})
+}
+
+// conflict says err is the store's refusal of a change to a row in status,
+// its body purged or not.
+func conflict(err error, status string, purged bool) bool {
+	var c *app.StateConflict
+	return errors.As(err, &c) && c.Status == status && c.Purged == purged
 }

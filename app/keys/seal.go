@@ -1,4 +1,4 @@
-package app
+package keys
 
 import (
 	"crypto/aes"
@@ -34,7 +34,7 @@ func NewSealer(master []byte) (*Sealer, error) {
 }
 
 func newAEAD(master []byte, label string) (cipher.AEAD, error) {
-	key, err := deriveKey(master, label)
+	key, err := derive(master, label)
 	if err != nil {
 		return nil, err
 	}

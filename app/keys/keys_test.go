@@ -1,11 +1,11 @@
-package app_test
+package keys_test
 
 import (
 	"bytes"
 	"encoding/hex"
 	"testing"
 
-	"geohub/app"
+	"geohub/app/keys"
 )
 
 // The derived keys are part of the data at rest and of what clients hold
@@ -19,24 +19,24 @@ func TestKeysDerivedFromTheMasterKeyNeverChange(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{"redaction", app.DeriveRedactionKey(master), "d27c4d33b42af3ee8b9cddf765fd95742b5472dc61fd5843ab9565227b088815"},
-		{"csrf", app.DeriveCSRFKey(master), "d5d70c6a353210d3d42a561c2180f555f8f63f50181d62e5d102801a46178f11"},
-		{"command", app.DeriveCommandKey(master), "ee0a0fb7f8dfb7885d59d23cfdc2bee73725bd59efa5965017f3ae63dd7da1d4"},
+		{"redaction", keys.Redaction(master), "d27c4d33b42af3ee8b9cddf765fd95742b5472dc61fd5843ab9565227b088815"},
+		{"csrf", keys.CSRF(master), "d5d70c6a353210d3d42a561c2180f555f8f63f50181d62e5d102801a46178f11"},
+		{"command", keys.Command(master), "ee0a0fb7f8dfb7885d59d23cfdc2bee73725bd59efa5965017f3ae63dd7da1d4"},
 		// Not a key but the value databases store to recognise theirs:
 		// HMAC-SHA256 of keycheck.go's constant under its own label.
-		{"key check", app.DeriveKeyCheck(master), "f2fcdf176d4fcea419b25b329391c011559d2d9984ac96ad0ac9f00ea30c2b83"},
+		{"key check", keys.Check(master), "f2fcdf176d4fcea419b25b329391c011559d2d9984ac96ad0ac9f00ea30c2b83"},
 	} {
 		if hex.EncodeToString(c.got) != c.want {
 			t.Errorf("%s key = %x, want %s", c.name, c.got, c.want)
 		}
 	}
-	if bytes.Equal(app.DeriveRedactionKey(master), app.DeriveRedactionKey(bytes.Repeat([]byte{0x5b}, 32))) {
+	if bytes.Equal(keys.Redaction(master), keys.Redaction(bytes.Repeat([]byte{0x5b}, 32))) {
 		t.Error("the redaction key does not depend on the master key")
 	}
 
 	// The sealer's three keys are pinned through what they sealed then: a
 	// secret, a body and an answer sealed by the earlier code still open.
-	s, err := app.NewSealer(master)
+	s, err := keys.NewSealer(master)
 	if err != nil {
 		t.Fatal(err)
 	}
