@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"geohub/app/callback"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -40,7 +41,7 @@ const DefaultDeadLetterRetention = 30 * 24 * time.Hour
 type Dispatcher struct {
 	Store       OutboxStore
 	Integrators *Integrators
-	Policy      CallbackPolicy
+	Policy      callback.Policy
 	Now         func() time.Time
 	Logger      *slog.Logger
 	Metrics     *Metrics

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/redact"
 	"geohub/store/storetest"
 )
@@ -66,7 +67,7 @@ func newOutboxKitWith(t *testing.T, tune func(*app.Dispatcher)) *outboxKit {
 	logs := &logBuffer{}
 	k := storetest.New(t, storetest.Options{
 		Deps: app.Deps{Now: clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-			Policy: app.CallbackPolicy{Insecure: true}, Version: "teste", AutoDisable: app.DefaultAutoDisable},
+			Policy: callback.Policy{Insecure: true}, Version: "teste", AutoDisable: app.DefaultAutoDisable},
 		Tune: func(s *app.Services) {
 			d := s.Dispatcher
 			d.Jitter = func() float64 { return 0.5 }

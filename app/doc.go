@@ -20,9 +20,9 @@
 //     one attempt), sender.go (sign and post; the 2xx rule), breaker.go and
 //     health.go (per integrator), deliveries.go (an operator's resend,
 //     "tentar agora", "verificar"), integrator.go (the cadastro),
-//     callback.go with specialpurpose.go and neterror.go (SSRF policy and
-//     transport errors in Portuguese), leader.go, shared.go and wakeup.go
-//     (replicas).
+//     neterror.go (transport errors in Portuguese), leader.go, shared.go
+//     and wakeup.go (replicas); the SSRF policy of callbacks is package
+//     callback.
 //   - In-process consumers: consumer.go (subscribe, start, the live
 //     stream), colonia.go (one colonia's goroutine and cursors), guard.go
 //     (a handler's error, panic or timeout), dlq.go (dead letters and
@@ -31,7 +31,8 @@
 //   - People: auth.go (tokens, roles and the role groups), session.go and
 //     passwords.go (console sessions, operators), audittrail.go with
 //     auditbounds.go (who changed what).
-//   - Keys and data at rest: keys.go (every key derived from the master
-//     key), keycheck.go, seal.go and sealbodies.go (encryption at rest),
-//     migrate.go (migrate-data's checks).
+//   - Data at rest: package keys (every key derived from the master key,
+//     and sealing), keycheck.go (the database's check of the master key),
+//     sealbodies.go (the upgrade to sealed bodies), migrate.go
+//     (migrate-data's checks).
 package app

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"geohub/app/callback"
 	"geohub/app/keys"
 	"regexp"
 	"slices"
@@ -43,7 +44,7 @@ type Integrator struct {
 	// by Get and List.
 	Saude *Health `json:"saude,omitempty"`
 	// CallbackRecusado says why this server refuses the stored callback
-	// (see CallbackPolicy.Refusal): its deliveries fail until an admin
+	// (see callback.Policy.Refusal): its deliveries fail until an admin
 	// fixes the URL. Filled in by Get and List.
 	CallbackRecusado string `json:"callback_recusado,omitempty"`
 }
@@ -133,7 +134,7 @@ var eventPattern = regexp.MustCompile(`^(\*|[a-z][a-z0-9-]*:(\*|[a-z][a-z0-9-]*)
 type Integrators struct {
 	Store  IntegratorStore
 	Sealer *keys.Sealer
-	Policy CallbackPolicy
+	Policy callback.Policy
 	Now    func() time.Time
 
 	writeMu  sync.Mutex // serialises read-modify-write changes of the cadastro
@@ -646,7 +647,9 @@ func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback
 		bad = append(bad, err.(*Error).Details...)
 	}
 	if len(bad) == 0 && checkCallback {
-		bad = append(bad, s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos)...)
+		if why := s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos); why != "" {
+			bad = append(bad, Detail{"/callback_url", why})
+		}
 	}
 	if len(bad) > 0 {
 		return &Error{Code: EInvalid, Message: "cadastro de integrador inválido", Details: bad}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"geohub/app/callback"
 	"io"
 	"net"
 	"strings"
@@ -29,7 +30,7 @@ func transportReason(err error) string {
 	var record tls.RecordHeaderError
 	var ne net.Error
 	switch {
-	case errors.Is(err, ErrRefusedAddress):
+	case errors.Is(err, callback.ErrRefusedAddress):
 		return "endereço do callback recusado: privado, loopback ou reservado"
 	case errors.As(err, &dns) && dns.IsNotFound:
 		return "o nome do host do callback não existe (DNS)"

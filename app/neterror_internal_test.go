@@ -1,6 +1,7 @@
 package app
 
 import (
+	"geohub/app/callback"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +61,7 @@ func TestTransportErrorsSayWhyInPortuguese(t *testing.T) {
 			t.Errorf("%s: %q, want %q and Go's text %q", c.url, got, c.want, err)
 		}
 	}
-	if got := transportError(ErrRefusedAddress).Error(); !strings.HasPrefix(got, "endereço do callback recusado") {
+	if got := transportError(callback.ErrRefusedAddress).Error(); !strings.HasPrefix(got, "endereço do callback recusado") {
 		t.Errorf("refused address: %q", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/ocorrencia"
 	"geohub/app/redact"
 	"geohub/store/storetest"
@@ -60,7 +61,7 @@ func TestARowFreedOnAnotherReplicaIsClaimedAtOnce(t *testing.T) {
 func testFreedRow(t *testing.T, attemptsOnly bool) {
 	url := storetest.PostgresDatabase(t)
 	ctx := t.Context()
-	policy := app.CallbackPolicy{Insecure: true}
+	policy := callback.Policy{Insecure: true}
 	a := storetest.New(t, storetest.Options{Postgres: url, Deps: app.Deps{Policy: policy, NoDispatch: true}})
 	registerTestTypes(t, a, "teste:b")
 	rc := newReceiver(t, nil)

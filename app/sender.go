@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"geohub/app/callback"
 	"io"
 	"net"
 	"net/http"
@@ -66,7 +67,7 @@ type HTTPSender struct {
 	// Policy is checked again before every attempt, so a callback stored
 	// under other rules (--insecure-callbacks, a narrower allowlist) is
 	// refused before any dial: the dialer checks addresses, not schemes.
-	Policy CallbackPolicy
+	Policy callback.Policy
 
 	mu       sync.Mutex
 	accepted map[string][]byte // per integrator, the secret its receiver accepted last
@@ -75,7 +76,7 @@ type HTTPSender struct {
 // NewHTTPSender returns a sender whose client dials only addresses the
 // policy allows, checked at dial time, follows no redirect and gives up
 // after timeout.
-func NewHTTPSender(integrators *Integrators, policy CallbackPolicy, now func() time.Time, version string,
+func NewHTTPSender(integrators *Integrators, policy callback.Policy, now func() time.Time, version string,
 	timeout time.Duration, perHost int) *HTTPSender {
 	dialer := policy.Dialer(&net.Dialer{Timeout: timeout})
 	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Policy: policy, Client: &http.Client{

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"geohub/app"
+	"geohub/app/callback"
 )
 
 // SPEC 10: a http:// callback accepted under --insecure-callbacks is never
 // used by a server running without it; the delivery says why.
 func TestAnHTTPCallbackIsRefusedWithoutInsecureCallbacks(t *testing.T) {
 	t.Parallel()
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Policy = app.CallbackPolicy{} })
+	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Policy = callback.Policy{} })
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, nil) // registered while insecure callbacks were allowed
 	ev := k.publish(t, "teste:a", "x:1", nil)
@@ -27,7 +28,7 @@ func TestAnHTTPCallbackIsRefusedWithoutInsecureCallbacks(t *testing.T) {
 // and dead-letters with the reason instead of retrying a refused dial.
 func TestALoopbackCallbackIsRefusedBeforeAnyDialWithoutInsecureCallbacks(t *testing.T) {
 	t.Parallel()
-	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Policy = app.CallbackPolicy{} })
+	k := newOutboxKitWith(t, func(d *app.Dispatcher) { d.Policy = callback.Policy{} })
 	rc := newReceiver(t, nil)
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) {
 		n.CallbackURL = strings.Replace(n.CallbackURL, "http://", "https://", 1)
@@ -43,9 +44,9 @@ func TestALoopbackCallbackIsRefusedBeforeAnyDialWithoutInsecureCallbacks(t *test
 
 func TestRefusalNeedsNoDNSAndNamesTheReason(t *testing.T) {
 	t.Parallel()
-	strict, insecure := app.CallbackPolicy{}, app.CallbackPolicy{Insecure: true}
+	strict, insecure := callback.Policy{}, callback.Policy{Insecure: true}
 	for _, c := range []struct {
-		policy  app.CallbackPolicy
+		policy  callback.Policy
 		url     string
 		allowed []string
 		want    string // "" for accepted

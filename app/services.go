@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"geohub/app/callback"
 	"geohub/app/keys"
 	"log/slog"
 	"sync"
@@ -50,7 +51,7 @@ type Deps struct {
 	// backlog and the open DLQ entries; nil records no metrics.
 	Registerer prometheus.Registerer
 	// Policy is the callback policy of registration and of every delivery.
-	Policy CallbackPolicy
+	Policy callback.Policy
 
 	// The dispatcher's settings (see Dispatcher): Version goes in the
 	// User-Agent; AutoDisable 0 turns auto-disable off; zero retentions are

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/redact"
 	"geohub/store/storetest"
 )
@@ -26,7 +27,7 @@ func TestSharedStateHoldsAcrossReplicas(t *testing.T) {
 	const senha = "senha-do-admin-1"
 	replica := func(name string, tune func(*app.Services)) *storetest.Kit {
 		return storetest.New(t, storetest.Options{Postgres: url, AdminPassword: senha, BuiltinTypes: true,
-			Deps: app.Deps{Policy: app.CallbackPolicy{Insecure: true}, Version: name},
+			Deps: app.Deps{Policy: callback.Policy{Insecure: true}, Version: name},
 			Tune: func(s *app.Services) {
 				s.Dispatcher.Signals.Circuit.Init()
 				if tune != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/keys"
 	"geohub/app/ocorrencia"
 	"geohub/store/storetest"
@@ -88,7 +89,7 @@ func apiSetup(t *testing.T, subscribe ...func(*app.Consumers)) *apiEnv {
 	k := storetest.New(t, storetest.Options{
 		Deps: app.Deps{MasterKey: apiMasterKey, Now: clock.Now, NoDispatch: true,
 			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-			Policy: app.CallbackPolicy{Resolver: apiResolver}},
+			Policy: callback.Policy{Resolver: apiResolver}},
 		Subscribe: func(c *app.Consumers) {
 			for _, s := range subscribe {
 				s(c)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/ocorrencia"
 	"geohub/store/storetest"
 	"geohub/web"
@@ -47,7 +48,7 @@ func audSetup(t *testing.T) *audEnv {
 	k := storetest.New(t, storetest.Options{
 		Deps: app.Deps{MasterKey: bytes.Repeat([]byte{0x42}, 32), Version: "teste", NoDispatch: true,
 			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
-			Policy: app.CallbackPolicy{Insecure: true}},
+			Policy: callback.Policy{Insecure: true}},
 		BuiltinTypes: true, AdminPassword: audAdminPassword,
 	})
 	db, auth, sessions := k.DB, k.Auth, k.Sessions

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/store/storetest"
 	"geohub/web"
 )
@@ -37,7 +38,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 	k := storetest.New(t, storetest.Options{
 		Deps: app.Deps{MasterKey: apiMasterKey, Now: clock.Now,
 			Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
-			Policy:  app.CallbackPolicy{Insecure: true, Resolver: apiResolver},
+			Policy:  callback.Policy{Insecure: true, Resolver: apiResolver},
 			Version: "teste", AutoDisable: app.DefaultAutoDisable, ReapOnStart: true},
 		// A fixed jitter (0.5 adds nothing) makes the backoff exact.
 		Tune: func(s *app.Services) {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/keys"
 	"geohub/store"
 )
@@ -52,7 +53,7 @@ func TestStartSealsTheBodiesAnEarlierVersionLeftInClear(t *testing.T) {
 	cadSrv := &http.Server{Handler: cad}
 	go cadSrv.Serve(ln)
 	t.Cleanup(func() { cadSrv.Close() })
-	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: app.CallbackPolicy{Insecure: true}}
+	integrators := &app.Integrators{Store: db, Sealer: sealer, Now: time.Now, Policy: callback.Policy{Insecure: true}}
 	in, err := integrators.Create(ctx, app.NewIntegrator{Nome: "CAD antigo", CallbackURL: "http://" + ln.Addr().String() + "/eventos",
 		HostsPermitidos: []string{"127.0.0.1"}})
 	if err != nil {

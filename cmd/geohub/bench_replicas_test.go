@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/store/storetest"
 )
 
@@ -139,7 +140,7 @@ func benchFillOutbox(b *testing.B, d Database, rc *benchDelReceiver, n int) {
 			b.Fatal(err)
 		}
 	}()
-	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Policy: app.CallbackPolicy{Insecure: true}, NoDispatch: true})
+	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Policy: callback.Policy{Insecure: true}, NoDispatch: true})
 	if err != nil {
 		b.Fatal(err)
 	}

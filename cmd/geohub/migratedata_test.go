@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/keys"
 	"geohub/store"
 	"geohub/store/postgres"
@@ -105,7 +106,7 @@ func TestMigrateDataMovesADemoApplianceToPostgres(t *testing.T) {
 	ctx := t.Context()
 	graph := func(db app.Store) *app.Services {
 		svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, NoDispatch: true,
-			Policy: app.CallbackPolicy{Insecure: true}})
+			Policy: callback.Policy{Insecure: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

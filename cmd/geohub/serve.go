@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/ocorrencia"
 	"geohub/web"
 	"geohub/web/proxy"
@@ -227,7 +228,7 @@ func (m *Main) Run(ctx context.Context) error {
 		autoDisable = 0
 	}
 	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Now: time.Now, Logger: logger, Registerer: reg,
-		Policy:  app.CallbackPolicy{Insecure: cfg.InsecureCallbacks},
+		Policy:  callback.Policy{Insecure: cfg.InsecureCallbacks},
 		Version: version, AutoDisable: autoDisable,
 		// One SQLite node runs one dispatcher, so leases found at start are
 		// orphans; on PostgreSQL they may be another replica's, which only

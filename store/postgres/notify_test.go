@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/redact"
 	"geohub/store/storetest"
 )
@@ -78,7 +79,7 @@ func waitListening(t *testing.T, c *pgx.Conn, n int, old []int32) []int32 {
 // listens again. And A's deliveries tail hears of B's attempts.
 func TestAPublishOnOneReplicaIsDeliveredByAnother(t *testing.T) {
 	url := freshDatabase(t)
-	policy := app.CallbackPolicy{Insecure: true}
+	policy := callback.Policy{Insecure: true}
 	delivered := make(chan string, 10)
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)

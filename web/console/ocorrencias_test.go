@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/app/ocorrencia"
 	"geohub/store/storetest"
 )
@@ -31,7 +32,7 @@ type ocBench struct {
 func newOcBench(t *testing.T) *ocBench {
 	t.Helper()
 	k := storetest.New(t, storetest.Options{
-		Deps:         app.Deps{Policy: app.CallbackPolicy{Insecure: true}},
+		Deps:         app.Deps{Policy: callback.Policy{Insecure: true}},
 		BuiltinTypes: true, AdminPassword: benchAdminPassword,
 	})
 	c := newEdge(k, nil)

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/app/callback"
 	"geohub/store/storetest"
 )
 
@@ -43,7 +44,7 @@ func newTailBench(t *testing.T) *tailBench {
 	t.Helper()
 	b := &tailBench{}
 	k := storetest.New(t, storetest.Options{
-		Deps:         app.Deps{Policy: app.CallbackPolicy{Insecure: true}, Version: "teste"},
+		Deps:         app.Deps{Policy: callback.Policy{Insecure: true}, Version: "teste"},
 		BuiltinTypes: true, AdminPassword: benchAdminPassword,
 		Subscribe: func(c *app.Consumers) {
 			c.Subscribe("jornada:encerrada", "folha", "calcula-horas", func(context.Context, app.Event) error {

@@ -1,4 +1,7 @@
-package app
+// Package callback is the SSRF policy of integrators' callback URLs: what
+// registration accepts, what the server refuses at start and before every
+// attempt, and what the dialer connects to, on the same rules.
+package callback
 
 import (
 	"context"
@@ -12,11 +15,11 @@ import (
 	"syscall"
 )
 
-// CallbackPolicy decides which callback URLs Geohub may call. The same rules
+// Policy decides which callback URLs Geohub may call. The same rules
 // run at registration and again at dial time on the address actually
 // connected to, so a name that later resolves inside (DNS rebinding) is
 // refused where it matters.
-type CallbackPolicy struct {
+type Policy struct {
 	// Insecure allows http:// and loopback addresses: local demos and tests
 	// only (--insecure-callbacks). Private networks stay refused.
 	Insecure bool
@@ -29,7 +32,7 @@ type CallbackPolicy struct {
 // refusal says why an address may not be called, or "" when it may. The
 // address is unmapped first, so an IPv4-mapped IPv6 address is judged as
 // the IPv4 address it is.
-func (p CallbackPolicy) refusal(a netip.Addr) string {
+func (p Policy) refusal(a netip.Addr) string {
 	a = a.Unmap()
 	if a.IsLoopback() && p.Insecure {
 		return ""
@@ -40,24 +43,24 @@ func (p CallbackPolicy) refusal(a netip.Addr) string {
 	return ""
 }
 
-// Check validates a callback URL against the policy and the integrator's host
-// allowlist, resolving its host. Each finding names its reason.
-func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string) []Detail {
-	bad := func(msg string) []Detail { return []Detail{{"/callback_url", msg}} }
+// Check validates a callback URL against the policy and the integrator's
+// host allowlist, resolving its host: why it is refused (pt-BR, for the
+// person registering it), or "".
+func (p Policy) Check(ctx context.Context, raw string, allowed []string) string {
 	host, why := p.parse(raw, allowed)
 	if why != "" {
-		return bad(why)
+		return why
 	}
 	addrs, err := p.resolve(ctx, host)
 	if err != nil || len(addrs) == 0 {
-		return bad(fmt.Sprintf("o host %s não resolve", host))
+		return fmt.Sprintf("o host %s não resolve", host)
 	}
 	for _, a := range addrs {
 		if why := p.refusal(a); why != "" {
-			return bad(fmt.Sprintf("o host %s resolve para %s: %s", host, a, why))
+			return fmt.Sprintf("o host %s resolve para %s: %s", host, a, why)
 		}
 	}
-	return nil
+	return ""
 }
 
 // Refusal is Check without DNS: why this server would refuse a stored
@@ -65,7 +68,7 @@ func (p CallbackPolicy) Check(ctx context.Context, raw string, allowed []string)
 // (--insecure-callbacks, an older address table, a since-narrowed
 // allowlist) is caught by it at start and before every attempt; names that
 // resolve somewhere refused are caught by the dialer.
-func (p CallbackPolicy) Refusal(raw string, allowed []string) string {
+func (p Policy) Refusal(raw string, allowed []string) string {
 	host, why := p.parse(raw, allowed)
 	if why != "" {
 		return why
@@ -84,7 +87,7 @@ func (p CallbackPolicy) Refusal(raw string, allowed []string) string {
 
 // parse checks what a callback URL says by itself: scheme, form, port and
 // the allowlist. It returns the lowered host, or why the URL is refused.
-func (p CallbackPolicy) parse(raw string, allowed []string) (host, why string) {
+func (p Policy) parse(raw string, allowed []string) (host, why string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.Opaque != "" {
 		return "", "URL inválida"
@@ -126,7 +129,7 @@ func (p CallbackPolicy) parse(raw string, allowed []string) (host, why string) {
 	return host, ""
 }
 
-func (p CallbackPolicy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+func (p Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a}, nil
 	}
@@ -161,7 +164,7 @@ var ErrRefusedAddress = errors.New("callback address refused")
 // Dialer returns a dialer that refuses, at connect time, any address the
 // policy refuses: the check runs on the resolved IP the socket is about to
 // connect to, after every DNS answer.
-func (p CallbackPolicy) Dialer(base *net.Dialer) *net.Dialer {
+func (p Policy) Dialer(base *net.Dialer) *net.Dialer {
 	d := *base
 	d.Control = func(network, address string, _ syscall.RawConn) error {
 		ap, err := netip.ParseAddrPort(address)

@@ -1,4 +1,4 @@
-package app
+package callback
 
 import "net/netip"
 
