@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -51,10 +52,11 @@ func TestAppendsWaitingForTheWriterShareOneCommit(t *testing.T) {
 			results <- stored[0]
 		})
 	}
-	// All ten are queued behind the busy writer. A poll: a queue's length
-	// raises no signal, and this package's tests cannot import storetest.
+	// All ten are queued behind the busy writer: a queue's length raises
+	// no signal, and this package's tests cannot import storetest, so
+	// yield until it is full.
 	for len(db.ops) < n {
-		time.Sleep(time.Millisecond)
+		runtime.Gosched()
 	}
 	close(release)
 	wg.Wait()

@@ -143,16 +143,13 @@ func TestFreedDeliveriesWakeTheOtherReplicas(t *testing.T) {
 	next("a release")
 
 	claim(time.Millisecond)
-	for {
+	storetest.Eventually(t, "the database's clock to pass the lease", func() bool {
 		n, err := a.ReapDeliveries(ctx, time.Now(), app.MaxQuedas)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond) // until the database's clock passes the lease
-	}
+		return n == 1
+	})
 	next("a reap")
 
 	d := claim(time.Minute)
@@ -182,16 +179,13 @@ func TestTheAttemptAfterALostLeaseHasTheNextNumber(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Tentativas != 0 {
 		t.Fatalf("claim: %+v %v", got, err)
 	}
-	for {
+	storetest.Eventually(t, "the database's clock to pass the lease", func() bool {
 		n, err := b.ReapDeliveries(ctx, time.Now(), app.MaxQuedas)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond) // until the database's clock passes the lease
-	}
+		return n == 1
+	})
 	now := time.Now()
 	late := app.DeliveryResult{ID: got[0].ID, Worker: "a", Integrador: "int-1", Status: app.EntregaPendente,
 		Proxima: now, Kind: app.ResultRefused,

@@ -117,7 +117,8 @@ func TestReplicasKeepEachAggregateInOrder(t *testing.T) {
 					for delivered.Load() < goal && time.Now().Before(deadline) {
 						var results []app.DeliveryResult
 						for _, d := range rows {
-							time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // the request
+							// Wall time on purpose: the request.
+							time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 							start := clock()
 							res := app.DeliveryResult{ID: d.ID, Worker: worker, Integrador: d.Integrador,
 								Status: app.EntregaEntregue, Proxima: start,
@@ -131,7 +132,9 @@ func TestReplicasKeepEachAggregateInOrder(t *testing.T) {
 						}
 						finished(results)
 						if len(rows) == 0 {
-							time.Sleep(time.Millisecond) // nothing was due
+							// Wall time on purpose: nothing was due, and a
+							// dispatcher waits before it claims again.
+							time.Sleep(time.Millisecond)
 						}
 						// Half the rounds finish and claim in one commit, as the
 						// dispatcher does; the others finish, then claim apart.
