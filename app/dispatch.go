@@ -503,7 +503,6 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 	}
 }
 
-// trip tells the integrator's breaker of an attempt of row that ended at now.
 // send posts req through the dispatcher's Sender: its attempts and the
 // "verificar" ping go out alike.
 func (d *Dispatcher) send(ctx context.Context, in Integrator, req Request) SendResult {
@@ -518,6 +517,7 @@ func (d *Dispatcher) CloseCircuit(id string) {
 	d.trip(id, 0, false, false, d.Now())
 }
 
+// trip tells the integrator's breaker of an attempt of row that ended at now.
 func (d *Dispatcher) trip(id string, row int64, failed, transport bool, now time.Time) {
 	opened, closed, failures := d.Integrators.circuits.record(id, row, failed, transport, now)
 	switch {

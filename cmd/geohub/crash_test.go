@@ -765,6 +765,17 @@ func newLedger() *ledger { return &ledger{acked: map[string]string{}, answered: 
 // publish's answer; it fails the test if srv died or within passed.
 func (l *ledger) await(t *testing.T, srv *child, within time.Duration, what string, enough func() bool) {
 	t.Helper()
+	// A server that dies rings too: its publishers may all have given up
+	// before it was reaped.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-srv.exited:
+			l.answered.ring()
+		case <-done:
+		}
+	}()
 	l.answered.await(t, within, what, func() (bool, string) {
 		return enough() || !srv.alive(), fmt.Sprintf("%d acknowledged, %d in doubt", l.count(), l.unresolved())
 	})
