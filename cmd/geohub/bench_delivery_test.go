@@ -48,6 +48,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/store/storetest"
 )
 
 // benchDelSenders is the dispatcher's default MaxInFlight (app.defaultInFlight):
@@ -268,7 +269,7 @@ func benchDelNewReceiver() *benchDelReceiver {
 func (rc *benchDelReceiver) wait(b *testing.B, n int) {
 	// Arrival times come from the receiver, not from this poll.
 	for c := rc.count.Load(); c < int64(n); c = rc.count.Load() {
-		if !poll(benchDelStall, func() bool { return rc.count.Load() != c }) {
+		if !storetest.Poll(benchDelStall, func() bool { return rc.count.Load() != c }) {
 			b.Fatalf("only %d of %d events arrived at the receiver (no progress for %s)", c, n, benchDelStall)
 		}
 	}

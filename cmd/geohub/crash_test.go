@@ -43,6 +43,7 @@ import (
 
 	"geohub/app"
 	"geohub/store"
+	"geohub/store/storetest"
 )
 
 // ---------------------------------------------------------------------------
@@ -1528,7 +1529,7 @@ func diskFullWhileRunning(t *testing.T, data string, fill func(*child) (func(), 
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	wait := func(ok func() bool, d time.Duration) bool {
-		return poll(d, func() bool { return ok() || !srv.alive() }) && ok()
+		return storetest.Poll(d, func() bool { return ok() || !srv.alive() }) && ok()
 	}
 	if !wait(func() bool { return count() >= 100 }, 30*time.Second) {
 		t.Fatalf("only %d publishes acknowledged before the fault; alive: %v\n%s", count(), srv.alive(), srv.out)

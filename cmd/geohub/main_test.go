@@ -172,37 +172,21 @@ func testBinary(env string, race bool) (string, error) {
 }
 
 // waitFor re-checks cond until it holds, failing the test with what it
-// last showed once within has passed. It is the end-to-end tests' one
-// poll: the server under test is another process, which raises no signal
-// this one could wait on, so they look at its API, its files or a browser
-// page, at a pace that starts at 5 ms and slows to 100 ms. What runs in
-// this process (the tests' own receivers) is waited on, not polled.
+// last showed once within has passed (storetest.Poll): the server under
+// test is another process, which raises no signal this one could wait on,
+// so the end-to-end tests look at its API, its files or a browser page.
+// What runs in this process (the tests' own receivers) is waited on, not
+// polled.
 func waitFor(t testing.TB, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
-	if !poll(within, func() bool {
+	if !storetest.Poll(within, func() bool {
 		var ok bool
 		ok, last = cond()
 		return ok
 	}) {
 		t.Fatalf("%s: not within %s (last: %s)", what, within, last)
 	}
-}
-
-// poll is waitFor's loop: whether ok came to hold within.
-func poll(within time.Duration, ok func() bool) bool {
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	pace := 5 * time.Millisecond
-	for !ok() {
-		select {
-		case <-deadline.C:
-			return ok()
-		case <-time.After(pace):
-			pace = min(2*pace, 100*time.Millisecond)
-		}
-	}
-	return true
 }
 
 // alongside puts t in the package's parallel group, which runs once the

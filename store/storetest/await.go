@@ -40,21 +40,32 @@ func Await[T any](tb testing.TB, what string, cond func() bool, signals ...*app.
 	}
 }
 
-// Eventually re-checks cond until it holds, at a pace that starts at 1 ms
-// and slows to 50 ms, failing the test after AwaitTimeout. It is for what
-// raises no signal: the database server's own state (its listeners, its
-// lock waits), a queue's length, a connection the server lets go of.
+// Eventually re-checks cond until it holds (Poll), failing the test after
+// AwaitTimeout. It is for what raises no signal: the database server's own
+// state (its listeners, its lock waits), a queue's length, a connection the
+// server lets go of.
 func Eventually(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	timeout := time.NewTimer(AwaitTimeout)
-	defer timeout.Stop()
+	if !Poll(AwaitTimeout, cond) {
+		tb.Fatalf("timed out after %v waiting for %s", AwaitTimeout, what)
+	}
+}
+
+// Poll re-checks cond until it holds (true) or within has passed (false),
+// at a pace that starts at 1 ms and slows to 50 ms: the one poll of the
+// tests, for what lives where no signal reaches (another process, the
+// database server).
+func Poll(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
 	pace := time.Millisecond
 	for !cond() {
 		select {
-		case <-timeout.C:
-			tb.Fatalf("timed out after %v waiting for %s", AwaitTimeout, what)
+		case <-deadline.C:
+			return cond()
 		case <-time.After(pace):
 			pace = min(2*pace, 50*time.Millisecond)
 		}
 	}
+	return true
 }
