@@ -1227,6 +1227,9 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 	var refused, lost, reads, readFailures atomic.Int64
 	var problems []string
 	stop := make(chan struct{})
+	// The reader reads once per acknowledged publish: at the load's pace,
+	// without taking the CPU from the publishers.
+	published := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -1244,6 +1247,10 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 					lost.Add(1) // the kill below: unknown outcome
 				case a.status == http.StatusCreated:
 					acked[id] = a.body
+					select {
+					case published <- struct{}{}:
+					default:
+					}
 				default:
 					refused.Add(1)
 					if err := clearServerError(a); err != nil {
@@ -1264,7 +1271,7 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-published:
 			}
 			a, err := call(client, "GET", "http://"+srv.addr+"/api/events?limite=50", token, "")
 			if err != nil {
@@ -1279,9 +1286,6 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-			// Wall time on purpose: a reader at a steady pace beside the
-			// publishers, not one that takes the CPU from them.
-			time.Sleep(5 * time.Millisecond)
 		}
 	})
 	waitAcked := func(n int) {
@@ -1314,9 +1318,13 @@ func TestReadOnlyDataDirWhileRunning(t *testing.T) {
 	} else if !strings.Contains(out, data) {
 		t.Errorf("token create on a read-only directory: the error does not name %s: %s", data, out)
 	}
-	// Keep the load on the read-only directory for a while, then crash.
-	// Wall time on purpose: how long the server runs so is the test.
-	time.Sleep(700 * time.Millisecond)
+	// Keep the load on the read-only directory for 200 more publishes and
+	// 20 more reads, then crash.
+	readsAtFlip := reads.Load()
+	waitAcked(atFlip + 200)
+	waitFor(t, 30*time.Second, "20 reads on the read-only directory", func() (bool, string) {
+		return reads.Load() >= readsAtFlip+20, fmt.Sprintf("%d", reads.Load()-readsAtFlip)
+	})
 	srv.kill()
 	close(stop)
 	wg.Wait()

@@ -212,6 +212,7 @@ type guideProxy struct {
 	statuses    map[int]int
 	poison      string
 	poisonUntil time.Time
+	refusals    int // of the poison event
 	// SPEC 6.4 as it arrives: one request per aggregate at a time, and
 	// none before the previous sequence was accepted.
 	inFlight  map[string]int
@@ -247,6 +248,10 @@ func newGuideProxy(t *testing.T, target string) *guideProxy {
 		}()
 		if poisoned {
 			w.WriteHeader(http.StatusInternalServerError)
+			p.mu.Lock()
+			p.refusals++
+			p.mu.Unlock()
+			p.answered.ring()
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
@@ -273,6 +278,16 @@ func newGuideProxy(t *testing.T, target string) *guideProxy {
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
+}
+
+// refusedPoison waits until the proxy has refused the poison event n times.
+func (p *guideProxy) refusedPoison(t *testing.T, name string, n int) {
+	t.Helper()
+	p.answered.await(t, 10*time.Second, fmt.Sprintf("%s: the poison event refused %d times", name, n), func() (bool, string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.refusals >= n, fmt.Sprintf("%d refusals", p.refusals)
+	})
 }
 
 func (p *guideProxy) acceptedAt(id string) (time.Time, bool) {
@@ -438,10 +453,11 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 			s.proxy.mu.Unlock()
 		}
 		publish("jornada:veneno", poison)
-		// Alone in the queue, it fails five or six times in a row first: a
-		// breaker counting consecutive failures would open now. Wall time
-		// on purpose: the retries' schedule is what is tested.
-		time.Sleep(5500 * time.Millisecond)
+		// Alone in the queue, it fails five times in a row first: a breaker
+		// counting consecutive failures would open now.
+		for _, s := range subjects {
+			s.proxy.refusedPoison(t, s.name, 5)
+		}
 		for i := range 5 {
 			id := uuid.Must(uuid.NewV7()).String()
 			start := time.Now()
@@ -457,9 +473,13 @@ func TestReceiversWrittenFromTheGuide(t *testing.T) {
 					t.Errorf("%s: another aggregate's event arrived %v after its publish", s.name, d)
 				}
 			}
-			// Wall time on purpose: the five neighbours spread over the
-			// poison's retries.
-			time.Sleep(400 * time.Millisecond)
+			// The five neighbours spread over the poison's next retry: the
+			// last two go after it.
+			if i == 2 {
+				for _, s := range subjects {
+					s.proxy.refusedPoison(t, s.name, 6)
+				}
+			}
 		}
 		applied("jornada:veneno", 1) // delivered once the receiver stops failing
 		for _, s := range subjects {

@@ -7,11 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -112,51 +115,60 @@ func (l *lockedWriter) String() string {
 }
 
 // TestRunStopsOnCancel: with slow steps, Run fills MaxLive scenarios and
-// starts no more; on cancel it returns once every scenario has returned.
+// starts no more; on cancel it returns once every scenario has returned,
+// and nothing sends after. It runs in a synctest bubble, with the API
+// served in memory: synctest.Wait returns once every goroutine is blocked,
+// which is the moment a fourth scenario or a leftover sender would have
+// shown itself, with no wall time spent waiting for it.
 func TestRunStopsOnCancel(t *testing.T) {
-	api := newFakeAPI(t, nil)
-	c, _ := newTestCAD(t, api, nil)
-	var waiting atomic.Int32
-	c.wait = func(ctx context.Context, d time.Duration) error {
-		waiting.Add(1)
-		defer waiting.Add(-1)
-		return sleep(ctx, d)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Run(ctx, RunConfig{MaxLive: 3, Interval: time.Millisecond, StepMin: time.Hour})
-	}()
-
-	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer wcancel()
-	if err := c.Projection().WaitUntil(wctx, func(p *Projection) bool { return len(p.Ocorrencias()) >= 3 }); err != nil {
-		t.Fatal("scenarios did not start:", err)
-	}
-	// A fourth would need a free slot. Wall time on purpose: a moment in
-	// which it could misbehave.
-	time.Sleep(20 * time.Millisecond)
-	if n := len(c.Projection().Ocorrencias()); n != 3 {
-		t.Errorf("%d live scenarios, MaxLive is 3", n)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
+	synctest.Test(t, func(t *testing.T) {
+		api := newFakeAPI(t, nil)
+		c := New(Config{BaseURL: "http://geohub.invalid/", APIKey: apiKey, Secret: secret, Self: self,
+			HTTPClient: &http.Client{Transport: inMemory{api}}})
+		var waiting atomic.Int32
+		c.wait = func(ctx context.Context, d time.Duration) error {
+			waiting.Add(1)
+			defer waiting.Add(-1)
+			return sleep(ctx, d)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Run(ctx, RunConfig{MaxLive: 3, Interval: time.Millisecond, StepMin: time.Hour})
+		}()
+		// The bubble's clock: three intervals pass at once, and the
+		// scenarios' hour-long steps do not.
+		<-time.After(3 * time.Millisecond)
+		synctest.Wait()
+		if n := len(c.Projection().Ocorrencias()); n != 3 {
+			t.Errorf("%d live scenarios, MaxLive is 3", n)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Errorf("Run = %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not stop")
+		if n := waiting.Load(); n != 0 {
+			t.Errorf("%d goroutines still waiting after Run returned", n)
+		}
+		before := api.executed()
+		synctest.Wait()
+		if api.executed() != before {
+			t.Error("commands sent after Run returned")
+		}
+	})
+}
+
+// inMemory serves a client's requests with a handler in this process, so
+// that a test in a synctest bubble has no network to wait on.
+type inMemory struct{ h http.Handler }
+
+func (m inMemory) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil {
+		r.Body = http.NoBody
 	}
-	if n := waiting.Load(); n != 0 {
-		t.Errorf("%d goroutines still waiting after Run returned", n)
-	}
-	before := api.executed()
-	// Wall time on purpose: a moment in which a leftover could send.
-	time.Sleep(10 * time.Millisecond)
-	if api.executed() != before {
-		t.Error("commands sent after Run returned")
-	}
+	rec := httptest.NewRecorder()
+	m.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
 }
 
 func TestRunConfigDefaults(t *testing.T) {

@@ -44,11 +44,10 @@ func TestAPurgedDeadLetterSaysItCanNoLongerBeResent(t *testing.T) {
 	}
 	_, first := deadLetter()
 	// Only the first one's retention ends: the purge takes the dead letters
-	// older than cutoff, and the second one fails after it.
-	cutoff := time.Now().Add(2 * time.Millisecond)
-	// Wall time on purpose: the second one's attempt must end after cutoff,
-	// and the store keeps milliseconds.
-	time.Sleep(5 * time.Millisecond)
+	// that failed before cutoff, and the clock moves a second past it before
+	// the second one fails.
+	cutoff := time.Now().Add(500 * time.Millisecond)
+	b.ahead.Add(int64(time.Second))
 	_, second := deadLetter()
 	if n, err := b.deliveries.Store.PurgeDeadLetters(ctx, cutoff); err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)

@@ -32,6 +32,9 @@ type tailBench struct {
 	deliveries  *app.Deliveries
 	events      *app.Notifier
 	failing     atomic.Bool
+	// ahead moves every service's clock forward, for tests whose events
+	// must fall on either side of a cutoff.
+	ahead atomic.Int64
 	// What the tests wait on: the dispatcher's rounds and breakers, the
 	// consumers' work.
 	dispatcher *app.Dispatcher
@@ -44,7 +47,8 @@ func newTailBench(t *testing.T) *tailBench {
 	t.Helper()
 	b := &tailBench{}
 	k := storetest.New(t, storetest.Options{
-		Deps:         app.Deps{Policy: callback.Policy{Insecure: true}, Version: "teste"},
+		Deps: app.Deps{Policy: callback.Policy{Insecure: true}, Version: "teste",
+			Now: func() time.Time { return time.Now().Add(time.Duration(b.ahead.Load())) }},
 		BuiltinTypes: true, AdminPassword: benchAdminPassword,
 		Subscribe: func(c *app.Consumers) {
 			c.Subscribe("jornada:encerrada", "folha", "calcula-horas", func(context.Context, app.Event) error {
