@@ -1,8 +1,11 @@
 package app
 
 import (
+	"bytes"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
@@ -62,6 +65,48 @@ func Sign(secret []byte, ts int64, body []byte) string {
 	m.Write([]byte{'.'})
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// SecretPrefix begins every signing secret, as Standard Webhooks writes
+// them.
+const SecretPrefix = "whsec_"
+
+// NewSecret returns a signing secret: SecretPrefix and the standard base64
+// of 32 random bytes, the form Standard Webhooks libraries accept unchanged.
+func NewSecret() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails (crypto/rand panics on failure)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// StandardKey is the HMAC key of webhook-signature for secret: the
+// base64-decoded part after SecretPrefix. Secrets issued before Standard
+// Webhooks were unpadded URL-safe base64, decoded as such; a secret that
+// decodes neither way (never issued by Geohub) is its own key.
+func StandardKey(secret []byte) []byte {
+	s, ok := bytes.CutPrefix(secret, []byte(SecretPrefix))
+	if !ok {
+		return secret
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawURLEncoding} {
+		if key, err := enc.DecodeString(string(s)); err == nil && len(key) > 0 {
+			return key
+		}
+	}
+	return secret
+}
+
+// SignStandard returns one webhook-signature entry (Standard Webhooks):
+// v1,base64(HMAC-SHA256(key, "<id>.<ts>.<body>")), with key from
+// StandardKey.
+func SignStandard(key []byte, id string, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write(strconv.AppendInt(nil, ts, 10))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
 // Timestamp is the X-Geohub-Timestamp value for t.

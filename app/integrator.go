@@ -371,7 +371,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (_ CreatedI
 	if err := s.validate(ctx, in, true); err != nil {
 		return CreatedIntegrator{}, err
 	}
-	secret := "whsec_" + randomString(32)
+	secret := NewSecret()
 	apiKey := APIKeyPrefix + randomString(32)
 	audit.Alvo.ID = in.ID
 	// The cadastro as created; the secret and the API key are not fields
@@ -459,7 +459,7 @@ func (s *Integrators) RotateSecret(ctx context.Context, id string) (_ RotatedSec
 	if err != nil {
 		return RotatedSecret{}, err
 	}
-	secret := "whsec_" + randomString(32)
+	secret := NewSecret()
 	until := s.Now().UTC().Add(SecretGrace)
 	next := IntegratorSecrets{Atual: s.Sealer.Seal([]byte(secret), id), Anterior: cur.Atual, AnteriorAte: until}
 	// That it rotated, and until when the previous one signs: never either secret.

@@ -162,6 +162,15 @@ func (s *HTTPSender) post(ctx context.Context, in Integrator, req Request, sign,
 	h.Set("X-Geohub-Sequencia", strconv.FormatInt(req.Sequencia, 10))
 	h.Set("X-Geohub-Entrega-Id", req.EntregaID)
 	h.Set("X-Geohub-Tentativa", strconv.Itoa(req.Tentativa))
+	// Standard Webhooks, for receivers that verify with a library; during
+	// a rotation both signatures, space-separated, as it allows.
+	h.Set("webhook-id", req.EventID)
+	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	standard := SignStandard(StandardKey(sign), req.EventID, ts, req.Corpo)
+	if other != nil {
+		standard += " " + SignStandard(StandardKey(other), req.EventID, ts, req.Corpo)
+	}
+	h.Set("webhook-signature", standard)
 	resp, err := s.Client.Do(hr)
 	if err != nil {
 		return SendResult{Err: transportError(err), Transport: true}
