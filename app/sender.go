@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"geohub/app/callback"
@@ -34,6 +35,7 @@ type SendResult struct {
 	// Transport: no HTTP answer (connection refused or reset, TLS,
 	// timeout). Unsendable requests are not transport failures.
 	Transport bool
+	TLS       *tls.ConnectionState // the receiver's certificate, over https
 }
 
 // Succeeded says the receiver accepted the request.
@@ -73,13 +75,19 @@ type HTTPSender struct {
 	accepted map[string][]byte // per integrator, the secret its receiver accepted last
 }
 
-// NewHTTPSender returns a sender whose client dials only addresses the
-// policy allows, checked at dial time, follows no redirect and gives up
-// after timeout.
+// NewHTTPSender returns a sender whose client is NewCallbackClient's.
 func NewHTTPSender(integrators *Integrators, policy callback.Policy, now func() time.Time, version string,
 	timeout time.Duration, perHost int) *HTTPSender {
+	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Policy: policy,
+		Client: NewCallbackClient(policy, timeout, perHost)}
+}
+
+// NewCallbackClient returns the client that posts to receivers: it dials
+// only addresses the policy allows, checked at dial time, follows no
+// redirect and gives up after timeout.
+func NewCallbackClient(policy callback.Policy, timeout time.Duration, perHost int) *http.Client {
 	dialer := policy.Dialer(&net.Dialer{Timeout: timeout})
-	return &HTTPSender{Integrators: integrators, Now: now, Version: version, Policy: policy, Client: &http.Client{
+	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			DialContext:         dialer.DialContext,
@@ -90,7 +98,7 @@ func NewHTTPSender(integrators *Integrators, policy callback.Policy, now func() 
 		},
 		// 3xx is a failure: following it would leave the allowlist.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	}
 }
 
 // Send implements Sender.
@@ -144,14 +152,26 @@ func (s *HTTPSender) accept(id string, secret []byte) {
 // post sends the request signed with sign (and other, when set, in
 // X-Geohub-Assinatura-Anterior) and reads the start of the answer.
 func (s *HTTPSender) post(ctx context.Context, in Integrator, req Request, sign, other []byte) SendResult {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, in.CallbackURL, bytes.NewReader(req.Corpo))
+	hr, err := newDeliveryRequest(ctx, in.CallbackURL, s.Version, Timestamp(s.Now()), req, sign, other)
 	if err != nil {
 		return SendResult{Err: err}
 	}
-	ts := Timestamp(s.Now())
+	return roundTrip(s.Client, hr, s.Now)
+}
+
+// newDeliveryRequest is a delivery as SPEC 6.3 has it, sent at ts: the
+// envelope and every header, signed with sign (and other, when set, in
+// X-Geohub-Assinatura-Anterior and as webhook-signature's second entry).
+// The dispatcher's attempts, the "verificar" ping and the receiver tester
+// all build it here.
+func newDeliveryRequest(ctx context.Context, url, version string, ts int64, req Request, sign, other []byte) (*http.Request, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(req.Corpo))
+	if err != nil {
+		return nil, err
+	}
 	h := hr.Header
 	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", "Geohub/"+s.Version)
+	h.Set("User-Agent", "Geohub/"+version)
 	h.Set("X-Geohub-Evento-Id", req.EventID)
 	h.Set("X-Geohub-Timestamp", strconv.FormatInt(ts, 10))
 	h.Set("X-Geohub-Assinatura", Sign(sign, ts, req.Corpo))
@@ -171,15 +191,20 @@ func (s *HTTPSender) post(ctx context.Context, in Integrator, req Request, sign,
 		standard += " " + SignStandard(StandardKey(other), req.EventID, ts, req.Corpo)
 	}
 	h.Set("webhook-signature", standard)
-	resp, err := s.Client.Do(hr)
+	return hr, nil
+}
+
+// roundTrip sends hr and reads the start of the answer.
+func roundTrip(client *http.Client, hr *http.Request, now func() time.Time) SendResult {
+	resp, err := client.Do(hr)
 	if err != nil {
 		return SendResult{Err: transportError(err), Transport: true}
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, responseSnippet))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseDrain)) // lets the connection be reused
-	return SendResult{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), s.Now()),
-		Snippet: string(snippet)}
+	return SendResult{Status: resp.StatusCode, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now()),
+		Snippet: string(snippet), TLS: resp.TLS}
 }
 
 // headerSafe says whether s may be an HTTP header value (RFC 9110): no

@@ -118,6 +118,11 @@ func (p Policy) parse(raw string, allowed []string) (host, why string) {
 		}
 	}
 	host = strings.ToLower(raw)
+	if _, err := netip.ParseAddr(host); err != nil && !hostName(host) {
+		// url.Parse lets through hosts such as "].exemplo.gov.br" that no
+		// resolver or allowlist reads the way net/http dials them.
+		return "", "host inválido: use um nome DNS (letras, dígitos, hífen e pontos) ou um endereço IP"
+	}
 	if port := u.Port(); port != "" {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return "", "porta inválida"
@@ -127,6 +132,25 @@ func (p Policy) parse(raw string, allowed []string) (host, why string) {
 		return "", fmt.Sprintf("o host %s não está em hosts_permitidos", host)
 	}
 	return host, ""
+}
+
+// hostName says whether host is a DNS name: dot-separated labels of 1 to 63
+// letters, digits, hyphens or underscores, 253 characters at most.
+func hostName(host string) bool {
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (p Policy) resolve(ctx context.Context, host string) ([]netip.Addr, error) {

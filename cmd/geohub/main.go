@@ -22,6 +22,7 @@ Commands:
   geohub operator reset-password --login LOGIN [--data DIR]
   geohub backup  --out FILE [--data DIR]
   geohub verify-signature --secret-file FILE --timestamp T [--signature sha256=HEX] < body
+  geohub receptor testar --url URL --segredo-file FILE [--json] [--insecure-callbacks]
   geohub simulador --geohub URL --api-key-file FILE --secret-file FILE --integrador ID [--listen HOST:PORT]
   geohub simulador --registrar [--geohub URL] [--listen HOST:PORT]   (admin token in GEOHUB_TOKEN)
 
@@ -74,6 +75,11 @@ func run(ctx context.Context, args []string) error {
 		return backupCmd(ctx, args[1:])
 	case "verify-signature":
 		return verifySignatureCmd(os.Stdin, os.Stdout, args[1:])
+	case "receptor":
+		if len(args) >= 2 && args[1] == "testar" {
+			return receptorTestCmd(ctx, os.Stdout, args[2:])
+		}
+		return fmt.Errorf(`usage: geohub receptor testar --url URL --segredo-file FILE [--json] [--insecure-callbacks]`)
 	case "simulador":
 		return simulatorCmd(ctx, args[1:])
 	case "-h", "--help", "help":
