@@ -344,6 +344,8 @@ const (
 	AcaoIntegradorAPIKeyRotacionar  = "integrador.api_key.rotacionar"
 	AcaoIntegradorVerificar         = "integrador.verificar"
 	AcaoIntegradorTentarAgora       = "integrador.tentar_agora" // closes the circuit, pending rows due now
+	AcaoIntegradorReenviar          = "integrador.reenviar"     // gap repair: delivered rows sent again
+	AcaoIntegradorTestar            = "integrador.testar"       // the receiver tester
 
 	AcaoRegistroRegistrar    = "registro.registrar"
 	AcaoRegistroDescontinuar = "registro.descontinuar"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"geohub/app/keys"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +18,8 @@ type Deliveries struct {
 	Dispatcher *Dispatcher
 	Sealer     *keys.Sealer // opens the receivers' answers
 	Now        func() time.Time
+	// Tester is the receiver tester, posting as the dispatcher does.
+	Tester *Tester
 }
 
 // List returns one page of deliveries; limite as for events.
@@ -137,6 +140,110 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 		s.Dispatcher.Wake()
 	}
 	return Resent{Reenviadas: n, Expurgadas: purged}, nil
+}
+
+// RedeliverRequest is a gap repair as the API takes it (SPEC 8c): an
+// aggregate from a sequence (1 when omitted), or the rows enqueued from
+// desde to ate, both included (ate now when omitted).
+type RedeliverRequest struct {
+	Agregado       string     `json:"agregado,omitempty"`
+	SequenciaDesde int64      `json:"sequencia_desde,omitempty"`
+	Desde          *time.Time `json:"desde,omitempty"`
+	Ate            *time.Time `json:"ate,omitempty"`
+}
+
+// Redeliver is a gap repair: for a CAD that lost its database, the
+// integrator's rows in the range are delivered again, as new attempts of
+// the same rows (same body, same sequence, a fresh X-Geohub-Entrega-Id),
+// in their order. Rows whose body was purged cannot be, and are counted.
+func (s *Deliveries) Redeliver(ctx context.Context, integrators *Integrators, id string, req RedeliverRequest) (_ Resent, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorReenviar, AuditTarget{Tipo: "integrador", ID: id})
+	audit.CountAs = "reenviadas"
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
+	in, err := integrators.Get(ctx, id)
+	if err != nil {
+		return Resent{}, err
+	}
+	audit.Alvo.Nome = in.Nome
+	r, err := redelivery(req, s.Now())
+	if err != nil {
+		return Resent{}, err
+	}
+	if r.Agregado != "" {
+		audit.Campos = []AuditField{Set("agregado", r.Agregado), Set("sequencia_desde", r.SequenciaDesde)}
+	} else {
+		audit.Campos = []AuditField{Set("desde", r.Desde), Set("ate", r.Ate)}
+	}
+	n, purged, err := s.Store.Redeliver(ctx, id, r, s.Now(), audit)
+	var many *TooMany
+	if errors.As(err, &many) {
+		return Resent{}, Errorf(EInvalid, "o intervalo tem mais de %d entregas: peça em janelas menores", many.Limit)
+	}
+	if err != nil {
+		return Resent{}, err
+	}
+	if n > 0 {
+		s.Dispatcher.Wake()
+	}
+	return Resent{Reenviadas: n, Expurgadas: purged}, nil
+}
+
+func redelivery(req RedeliverRequest, now time.Time) (Redelivery, error) {
+	invalid := func(path, why string) error {
+		return &Error{Code: EInvalid, Message: "pedido de reenvio inválido: " + why, Details: []Detail{{path, why}}}
+	}
+	byTime := req.Desde != nil || req.Ate != nil
+	switch {
+	case req.Agregado != "" && byTime:
+		return Redelivery{}, invalid("", "peça por agregado (agregado, sequencia_desde) ou por janela de tempo (desde, ate), não os dois")
+	case req.Agregado != "":
+		if req.SequenciaDesde < 0 {
+			return Redelivery{}, invalid("/sequencia_desde", "deve ser 1 ou mais")
+		}
+		return Redelivery{Agregado: req.Agregado, SequenciaDesde: max(req.SequenciaDesde, 1)}, nil
+	case req.SequenciaDesde != 0:
+		return Redelivery{}, invalid("/agregado", "sequencia_desde precisa do agregado")
+	case req.Desde == nil:
+		return Redelivery{}, invalid("/desde", "obrigatório: informe agregado (e sequencia_desde) ou desde (e ate)")
+	}
+	r := Redelivery{Desde: req.Desde.UTC(), Ate: now.UTC()}
+	if req.Ate != nil {
+		r.Ate = req.Ate.UTC()
+	}
+	if r.Ate.Before(r.Desde) {
+		return Redelivery{}, invalid("/ate", "deve ser depois de desde")
+	}
+	return r, nil
+}
+
+// Test runs the receiver tester (SPEC 8b) against a registered
+// integrator's callback with its current secret. Its requests are not
+// deliveries: nothing is recorded but the audit entry saying it ran.
+func (s *Deliveries) Test(ctx context.Context, integrators *Integrators, id string) (_ TestReport, err error) {
+	audit := NewAudit(ctx, AcaoIntegradorTestar, AuditTarget{Tipo: "integrador", ID: id})
+	defer func() { recordRefusal(ctx, s.Store, audit, err) }()
+	in, err := integrators.Get(ctx, id)
+	if err != nil {
+		return TestReport{}, err
+	}
+	audit.Alvo.Nome = in.Nome
+	current, _, err := integrators.Secrets(ctx, id)
+	if err != nil {
+		return TestReport{}, err
+	}
+	rep := s.Tester.Run(ctx, TestTarget{URL: in.CallbackURL, Secret: current, Allowed: in.HostsPermitidos})
+	var failed []string
+	for _, c := range rep.Verificacoes {
+		if c.Resultado == TesteFalhou {
+			failed = append(failed, c.ID)
+		}
+	}
+	if !rep.Aprovado {
+		audit.Resultado = AuditFalhou
+		audit.Detalhe = "falhou em: " + strings.Join(failed, ", ")
+	}
+	s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
+	return rep, nil
 }
 
 // RetryResult is the answer of "Tentar agora" for an integrator.

@@ -98,6 +98,11 @@ func (e *StateConflict) Error() string {
 	return fmt.Sprintf("delivery is %s (body purged: %v)", e.Status, e.Purged)
 }
 
+// TooMany is a store's refusal of a change over more rows than Limit.
+type TooMany struct{ Limit int }
+
+func (e *TooMany) Error() string { return fmt.Sprintf("more than %d rows", e.Limit) }
+
 // ResultKind is what one finished row says of its receiver, which the
 // breaker, the failing period and the health panel count.
 type ResultKind int
@@ -184,6 +189,11 @@ type OutboxStore interface {
 	// ResendAll resends the integrator's rows in status that still have
 	// their body, and counts those it left because theirs was purged.
 	ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *AuditEntry) (resent, purged int, err error)
+	// Redeliver puts back in line, as new attempts of the same rows, the
+	// integrator's delivered and dead rows in r's range that still have
+	// their body, and counts those whose body was purged. A range of more
+	// than MaxRedeliver rows is refused whole.
+	Redeliver(ctx context.Context, integrador string, r Redelivery, now time.Time, audit *AuditEntry) (resent, purged int, err error)
 	// DueNow makes pending rows due at now: the integrator's (id 0), or the
 	// one row id of it, which must be pendente (EConflict otherwise).
 	DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *AuditEntry) (int, error)
@@ -277,3 +287,15 @@ func (s *Integrators) outboxFor(ev Event, audiencia string) *Outbox {
 	}
 	return out
 }
+
+// Redelivery is the range of a gap repair (SPEC 8c): one aggregate from a
+// sequence on, or every row enqueued from Desde to Ate, both included.
+type Redelivery struct {
+	Agregado       string
+	SequenciaDesde int64
+	Desde, Ate     time.Time
+}
+
+// MaxRedeliver bounds one gap repair: a CAD rebuilding a long history asks
+// in windows.
+const MaxRedeliver = 10_000

@@ -496,6 +496,48 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	return int(n), int(purged), err
 }
 
+// A gap repair reads one integrator's rows by aggregate from a sequence
+// (the UNIQUE (integrador_id, agregado, sequencia) index) or by the time
+// they were enqueued; rows pending or in flight are on their way already.
+const (
+	redeliverByAggregate = `integrador_id = ? AND agregado = ? AND sequencia >= ? AND status IN ('entregue', 'falhou')`
+	redeliverByTime      = `integrador_id = ? AND criado_em >= ? AND criado_em <= ? AND status IN ('entregue', 'falhou')`
+	redeliverCount       = `SELECT count(*), coalesce(sum(expurgado), 0) FROM (SELECT expurgado FROM outbox WHERE `
+	redeliverSet         = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, tentativas_antes = tentativas,
+			quedas = 0, falhou_em = NULL WHERE `
+	redeliverAggregateCountSQL = redeliverCount + redeliverByAggregate + ` LIMIT ?)`
+	redeliverTimeCountSQL      = redeliverCount + redeliverByTime + ` LIMIT ?)`
+	redeliverAggregateSQL      = redeliverSet + redeliverByAggregate + ` AND expurgado = 0`
+	redeliverTimeSQL           = redeliverSet + redeliverByTime + ` AND expurgado = 0`
+)
+
+// Redeliver implements app.OutboxStore.
+func (db *DB) Redeliver(ctx context.Context, integrador string, r app.Redelivery, now time.Time, audit *app.AuditEntry) (int, int, error) {
+	count, update, args := redeliverTimeCountSQL, redeliverTimeSQL, []any{integrador, ms(r.Desde), ms(r.Ate)}
+	if r.Agregado != "" {
+		count, update, args = redeliverAggregateCountSQL, redeliverAggregateSQL, []any{integrador, r.Agregado, r.SequenciaDesde}
+	}
+	var n, purged int64
+	err := db.do(ctx, func(tx *wtx) error {
+		var total int64
+		if err := tx.QueryRow(count, append(args, app.MaxRedeliver+1)...).Scan(&total, &purged); err != nil {
+			return err
+		}
+		if total > app.MaxRedeliver {
+			return &app.TooMany{Limit: app.MaxRedeliver}
+		}
+		res, err := tx.Exec(update, append([]any{ms(now)}, args...)...)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), int(purged), err
+}
+
 // DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
 // not yet due.
 func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.Time, audit *app.AuditEntry) (int, error) {

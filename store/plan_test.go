@@ -180,6 +180,10 @@ func TestQueryPlans(t *testing.T) {
 		{name: "PurgeDeadLetters mark (writer)", sql: markDeadPurgedSQL, file: "-", args: []any{ms(ts)}},
 		{name: "ResendAll (writer)", sql: resendAllSQL, file: "-", args: []any{ms(ts), "int-1"}},
 		{name: "ResendAll purged count (writer)", sql: countPurgedDeadSQL, file: "-", args: []any{"int-1"}},
+		{name: "Redeliver aggregate count (writer)", sql: redeliverAggregateCountSQL, file: "-", args: []any{"int-1", "a:1", 4, 10001}},
+		{name: "Redeliver aggregate (writer)", sql: redeliverAggregateSQL, file: "-", args: []any{ms(ts), "int-1", "a:1", 4}},
+		{name: "Redeliver window count (writer)", sql: redeliverTimeCountSQL, file: "-", args: []any{"int-1", ms(ts), ms(ts), 10001}},
+		{name: "Redeliver window (writer)", sql: redeliverTimeSQL, file: "-", args: []any{ms(ts), "int-1", ms(ts), ms(ts)}},
 		{name: "SealClearBodies batch (writer)", sql: clearBodiesSQL, file: "-", args: []any{int64(100), 256}},
 		{name: "SealClearResponses batch (writer)", sql: clearResponsesSQL, file: "-", args: []any{int64(100), 256}},
 		// Writer statements (consumers.go).
@@ -284,6 +288,8 @@ func planProblems(steps []string, unfiltered bool) []string {
 		case kind == "SEARCH" && indexed:
 		case m[2]+rest == "CONSTANT ROW":
 			// A scalar subquery without FROM, such as LIMIT (SELECT ?).
+		case kind == "SCAN" && strings.HasPrefix(m[2], "(subquery-"):
+			// The rows a subquery produced, which its own steps bound.
 		case unfiltered:
 			// No filter: a walk in rowid or index order is the query, and
 			// max(sequence_number) is a bare SEARCH: one seek to the end of

@@ -26,6 +26,13 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
 		return
 	}
+	if in, own := ownIntegrator(r); own {
+		if f.Integrador != "" && f.Integrador != in.ID {
+			s.Fail(w, r, app.Errorf(app.EForbidden, "esta chave de API só alcança as entregas do próprio integrador"))
+			return
+		}
+		f.Integrador = in.ID
+	}
 	page, err := s.Deliveries.List(r.Context(), f)
 	if err != nil {
 		s.Fail(w, r, err)
@@ -49,6 +56,9 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.Deliveries.Get(r.Context(), id)
+	if err == nil {
+		err = ownDelivery(r, d.Integrador)
+	}
 	if err != nil {
 		s.Fail(w, r, err)
 		return
@@ -56,9 +66,26 @@ func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, d)
 }
 
+// checkOwnDelivery refuses a change to another integrator's delivery made
+// with an integrator's key, as not found.
+func (s *Server) checkOwnDelivery(r *http.Request, id int64) error {
+	if _, own := ownIntegrator(r); !own {
+		return nil
+	}
+	d, err := s.Deliveries.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return ownDelivery(r, d.Integrador)
+}
+
 func (s *Server) resendDelivery(w http.ResponseWriter, r *http.Request) {
 	id, err := deliveryID(r)
 	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	if err := s.checkOwnDelivery(r, id); err != nil {
 		s.Fail(w, r, err)
 		return
 	}
@@ -77,6 +104,13 @@ func (s *Server) resendDeliveries(w http.ResponseWriter, r *http.Request) {
 	if err := decodeJSON(r, &body); err != nil {
 		s.Fail(w, r, err)
 		return
+	}
+	if in, own := ownIntegrator(r); own {
+		if body.Integrador != "" && body.Integrador != in.ID {
+			s.Fail(w, r, app.Errorf(app.EForbidden, "esta chave de API só reenvia as entregas do próprio integrador"))
+			return
+		}
+		body.Integrador = in.ID
 	}
 	res, err := s.Deliveries.ResendAll(r.Context(), body.Integrador, body.Status)
 	if err != nil {
@@ -98,7 +132,12 @@ func (s *Server) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 // retryIntegrator is "Tentar agora" for an integrator: its circuit closes
 // and its pending deliveries are due now.
 func (s *Server) retryIntegrator(w http.ResponseWriter, r *http.Request) {
-	res, err := s.Deliveries.RetryNow(r.Context(), s.Integrators, r.PathValue("id"))
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	res, err := s.Deliveries.RetryNow(r.Context(), s.Integrators, id)
 	if err != nil {
 		s.Fail(w, r, err)
 		return
@@ -113,10 +152,51 @@ func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request) {
 		s.Fail(w, r, err)
 		return
 	}
+	if err := s.checkOwnDelivery(r, id); err != nil {
+		s.Fail(w, r, err)
+		return
+	}
 	d, err := s.Deliveries.RetryDeliveryNow(r.Context(), id)
 	if err != nil {
 		s.Fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
+}
+
+// testIntegrator runs the receiver tester against the integrator's
+// callback (SPEC 8b): 200 with the report, whether or not it passed.
+func (s *Server) testIntegrator(w http.ResponseWriter, r *http.Request) {
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	rep, err := s.Deliveries.Test(r.Context(), s.Integrators, id)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// redeliver is a gap repair (SPEC 8c): the integrator's delivered and dead
+// rows of an aggregate from a sequence, or of a time window, sent again.
+func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	var req app.RedeliverRequest
+	if err := decodeJSON(r, &req); err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	res, err := s.Deliveries.Redeliver(r.Context(), s.Integrators, id, req)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res) // reenviadas, and expurgadas: those whose body was purged
 }

@@ -33,7 +33,12 @@ func (s *Server) listIntegrators(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getIntegrator(w http.ResponseWriter, r *http.Request) {
-	in, err := s.Integrators.Get(r.Context(), r.PathValue("id"))
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	in, err := s.Integrators.Get(r.Context(), id)
 	if err != nil {
 		s.Fail(w, r, err)
 		return
@@ -66,7 +71,12 @@ func (s *Server) rotateAPIKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
-	rot, err := s.Integrators.RotateSecret(r.Context(), r.PathValue("id"))
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	rot, err := s.Integrators.RotateSecret(r.Context(), id)
 	if err != nil {
 		s.Fail(w, r, err)
 		return

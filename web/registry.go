@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"slices"
 
 	"geohub/app"
 )
@@ -25,11 +26,19 @@ func (s *Server) registerType(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listTypes(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"tipos": s.Registry.List()})
+	all := s.Registry.List()
+	if in, own := ownIntegrator(r); own {
+		// An integrator's key reads the types it receives.
+		all = slices.DeleteFunc(all, func(t app.TypeVersion) bool { return !in.Wants(t.Tipo) })
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tipos": all})
 }
 
 func (s *Server) getType(w http.ResponseWriter, r *http.Request) {
 	versions, err := s.Registry.Versions(r.PathValue("tipo"))
+	if in, own := ownIntegrator(r); own && err == nil && !in.Wants(r.PathValue("tipo")) {
+		err = app.Errorf(app.ENotFound, "tipo %s não está entre os eventos deste integrador", r.PathValue("tipo"))
+	}
 	if err != nil {
 		s.Fail(w, r, err)
 		return

@@ -70,24 +70,28 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/events/dlq/reprocessar", s.authed(operate, s.reprocessDLQ))
 
 	mux.Handle("POST /api/registro", s.authed(admin, s.registerType))
-	mux.Handle("GET /api/registro", s.authed(anyRole, s.listTypes))
-	mux.Handle("GET /api/registro/{tipo}", s.authed(anyRole, s.getType))
+	mux.Handle("GET /api/registro", s.authedOrOwn(anyRole, s.listTypes))
+	mux.Handle("GET /api/registro/{tipo}", s.authedOrOwn(anyRole, s.getType))
 	mux.Handle("PATCH /api/registro/{tipo}/{versao}", s.authed(admin, s.patchType))
 
 	mux.Handle("POST /api/integradores", s.authed(admin, s.createIntegrator))
 	mux.Handle("GET /api/integradores", s.authed(read, s.listIntegrators))
-	mux.Handle("GET /api/integradores/{id}", s.authed(read, s.getIntegrator))
+	mux.Handle("GET /api/integradores/{id}", s.authedOrOwn(read, s.getIntegrator))
 	mux.Handle("PATCH /api/integradores/{id}", s.authed(admin, s.patchIntegrator))
-	mux.Handle("POST /api/integradores/{id}/segredo/rotacionar", s.authed(admin, s.rotateSecret))
+	mux.Handle("POST /api/integradores/{id}/segredo/rotacionar", s.authedOrOwn(admin, s.rotateSecret))
 	mux.Handle("POST /api/integradores/{id}/api_key/rotacionar", s.authed(admin, s.rotateAPIKey))
 
 	mux.Handle("POST /api/integradores/{id}/verificar", s.authed(admin, s.verifyIntegrator))
-	mux.Handle("GET /api/entregas", s.authed(read, s.listDeliveries))
-	mux.Handle("GET /api/entregas/{id}", s.authed(read, s.getDelivery))
-	mux.Handle("POST /api/entregas/{id}/reenviar", s.authed(operate, s.resendDelivery))
-	mux.Handle("POST /api/entregas/reenviar", s.authed(operate, s.resendDeliveries))
-	mux.Handle("POST /api/entregas/{id}/tentar-agora", s.authed(operate, s.retryDelivery))
-	mux.Handle("POST /api/integradores/{id}/tentar-agora", s.authed(operate, s.retryIntegrator))
+	mux.Handle("GET /api/entregas", s.authedOrOwn(read, s.listDeliveries))
+	mux.Handle("GET /api/entregas/{id}", s.authedOrOwn(read, s.getDelivery))
+	mux.Handle("POST /api/entregas/{id}/reenviar", s.authedOrOwn(operate, s.resendDelivery))
+	mux.Handle("POST /api/entregas/reenviar", s.authedOrOwn(operate, s.resendDeliveries))
+	mux.Handle("POST /api/entregas/{id}/tentar-agora", s.authedOrOwn(operate, s.retryDelivery))
+	mux.Handle("POST /api/integradores/{id}/tentar-agora", s.authedOrOwn(operate, s.retryIntegrator))
+	// An integrator's own key also reaches these, as /api/integradores/eu/…
+	// (SPEC 8b, 8c): the tester and gap repair.
+	mux.Handle("POST /api/integradores/{id}/testar", s.authedOrOwn(operate, s.testIntegrator))
+	mux.Handle("POST /api/integradores/{id}/reenviar", s.authedOrOwn(operate, s.redeliver))
 
 	mux.Handle("POST /api/ocorrencias", s.command(s.registerOcorrencia))
 	mux.Handle("POST /api/ocorrencias/{id}/despachos", s.command(s.dispatch))

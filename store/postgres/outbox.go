@@ -653,6 +653,42 @@ func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time
 	return int(n), int(purged), err
 }
 
+// A gap repair reads one integrator's rows by aggregate from a sequence or
+// by the time they were enqueued; rows pending or in flight are on their
+// way already, and a row another transaction holds is being taken care of.
+const (
+	redeliverByAggregate = `integrador_id = $1 AND agregado = $2 AND sequencia >= $3 AND status IN ('entregue', 'falhou')`
+	redeliverByTime      = `integrador_id = $1 AND criado_em >= $2 AND criado_em <= $3 AND status IN ('entregue', 'falhou')`
+)
+
+// Redeliver implements app.OutboxStore.
+func (db *DB) Redeliver(ctx context.Context, integrador string, r app.Redelivery, now time.Time, audit *app.AuditEntry) (int, int, error) {
+	where, args := redeliverByTime, []any{integrador, ms(r.Desde), ms(r.Ate)}
+	if r.Agregado != "" {
+		where, args = redeliverByAggregate, []any{integrador, r.Agregado, r.SequenciaDesde}
+	}
+	var n, purged int64
+	err := db.do(ctx, func(tx *wtx) error {
+		var total int64
+		if err := tx.QueryRow(tx.ctx, `SELECT count(*), count(*) FILTER (WHERE expurgado) FROM (SELECT expurgado FROM outbox WHERE `+
+			where+` LIMIT $4) AS r`, append(args, app.MaxRedeliver+1)...).Scan(&total, &purged); err != nil {
+			return err
+		}
+		if total > app.MaxRedeliver {
+			return &app.TooMany{Limit: app.MaxRedeliver}
+		}
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', proxima_tentativa = $4, tentativas_antes = tentativas,
+			quedas = 0, falhou_em = NULL WHERE id IN (SELECT id FROM outbox WHERE `+where+` AND NOT expurgado
+			FOR NO KEY UPDATE SKIP LOCKED)`, append(args, ms(now))...)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), int(purged), err
+}
+
 // DueNow implements app.OutboxStore: a range of outbox_due_idx, the rows
 // not yet due. A row another transaction holds is skipped: a claim is
 // taking it, or another "Tentar agora" is making it due.

@@ -1,0 +1,140 @@
+package web_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"geohub/app"
+)
+
+// An integrator's API key reads its own deliveries and cadastro, and no
+// other's; its gap repair of sequences 4..10 sends exactly those again,
+// same bodies, in order, fresh delivery ids, to it alone; a purged body is
+// counted, not sent; and each act is in the audit trail as that integrator.
+func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	rcA, rcB := delNewReceiver(t, http.StatusNoContent), delNewReceiver(t, http.StatusNoContent)
+	a, b := e.delCreateIntegrator(t, rcA, "CAD A"), e.delCreateIntegrator(t, rcB, "CAD B")
+	keyA := "Bearer " + a.APIKey
+	var last app.Event
+	for i := 1; i <= 10; i++ {
+		last = e.delPublish(t, "equipe:1", i)
+	}
+	e.delWaitStatus(t, last.EventID, a.ID, app.EntregaEntregue)
+	e.delWaitStatus(t, last.EventID, b.ID, app.EntregaEntregue)
+
+	// Its own deliveries, and not another's, even when it asks.
+	var page app.Page[app.Delivery]
+	e.doAuth(t, http.MethodGet, "/api/entregas?limite=100", keyA, nil).want(t, http.StatusOK).decode(t, &page)
+	if page.Total != 10 {
+		t.Fatalf("the key sees %d deliveries, want its 10", page.Total)
+	}
+	for _, d := range page.Linhas {
+		if d.Integrador != a.ID {
+			t.Fatalf("the key sees a delivery to %s", d.Integrador)
+		}
+	}
+	e.doAuth(t, http.MethodGet, "/api/entregas?integrador="+b.ID, keyA, nil).want(t, http.StatusForbidden)
+	other := e.delOne(t, last.EventID, b.ID)
+	e.doAuth(t, http.MethodGet, fmt.Sprintf("/api/entregas/%d", other.ID), keyA, nil).want(t, http.StatusNotFound)
+	e.doAuth(t, http.MethodPost, fmt.Sprintf("/api/entregas/%d/reenviar", other.ID), keyA, nil).want(t, http.StatusNotFound)
+	own := e.delOne(t, last.EventID, a.ID)
+	e.doAuth(t, http.MethodGet, fmt.Sprintf("/api/entregas/%d", own.ID), keyA, nil).want(t, http.StatusOK)
+
+	// Its cadastro, without the secret; not another's.
+	var me map[string]any
+	e.doAuth(t, http.MethodGet, "/api/integradores/eu", keyA, nil).want(t, http.StatusOK).decode(t, &me)
+	if me["id"] != a.ID || me["segredo"] != nil || me["circuito"] == nil {
+		t.Fatalf("/api/integradores/eu: %v", me)
+	}
+	e.doAuth(t, http.MethodGet, "/api/integradores/"+b.ID, keyA, nil).want(t, http.StatusForbidden)
+	e.doAuth(t, http.MethodPost, "/api/integradores/"+b.ID+"/reenviar", keyA, map[string]any{"agregado": "equipe:1"}).
+		want(t, http.StatusForbidden)
+	e.do(t, http.MethodGet, "/api/integradores/eu", app.PapelAdmin, nil).want(t, http.StatusNotFound)
+	// The registry, which the leitor role reads too.
+	e.doAuth(t, http.MethodGet, "/api/registro/teste:todos", keyA, nil).want(t, http.StatusOK)
+
+	// Gap repair from sequence 4.
+	before := map[int64][]byte{}
+	for _, r := range rcA.delRequests() {
+		seq, _ := strconv.ParseInt(r.Header.Get("X-Geohub-Sequencia"), 10, 64)
+		before[seq] = r.Body
+	}
+	nA, nB := len(rcA.delRequests()), len(rcB.delRequests())
+	var res app.Resent
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, map[string]any{"agregado": "equipe:1", "sequencia_desde": 4}).
+		want(t, http.StatusOK).decode(t, &res)
+	if res.Reenviadas != 7 || res.Expurgadas != 0 {
+		t.Fatalf("gap repair from 4: %+v, want 7 sent again", res)
+	}
+	e.waitRecorded(t, "the 7 sent again", func() bool { return len(rcA.delRequests()) >= nA+7 })
+	again := rcA.delRequests()[nA:]
+	seen := map[string]bool{}
+	for i, r := range again {
+		seq, _ := strconv.ParseInt(r.Header.Get("X-Geohub-Sequencia"), 10, 64)
+		if seq != int64(4+i) || !bytes.Equal(r.Body, before[seq]) {
+			t.Errorf("sent again #%d: sequence %d (want %d), same body %v", i, seq, 4+i, bytes.Equal(r.Body, before[seq]))
+		}
+		seen[r.Header.Get("X-Geohub-Entrega-Id")] = true
+	}
+	for _, r := range rcA.delRequests()[:nA] {
+		if seen[r.Header.Get("X-Geohub-Entrega-Id")] {
+			t.Errorf("a delivery id came again: %s", r.Header.Get("X-Geohub-Entrega-Id"))
+		}
+	}
+	if got := len(rcB.delRequests()); got != nB {
+		t.Errorf("the other integrator got %d more requests", got-nB)
+	}
+	e.waitRecorded(t, "every row delivered again", func() bool {
+		return e.delList(t, "integrador="+a.ID+"&status=entregue").Total == 10
+	})
+
+	// By time window, from an operator, for the other integrator: all 10.
+	e.do(t, http.MethodPost, "/api/integradores/"+b.ID+"/reenviar", app.PapelOperador, map[string]any{
+		"desde": apiStart.Add(-time.Hour).Format(time.RFC3339)}).want(t, http.StatusOK).decode(t, &res)
+	if res.Reenviadas != 10 {
+		t.Fatalf("gap repair by time: %+v, want 10", res)
+	}
+	// A purged body is counted, not sent.
+	e.Clock.Advance(app.DefaultRetention + time.Hour)
+	e.waitRecorded(t, "B's rows delivered again", func() bool {
+		return e.delList(t, "integrador="+b.ID+"&status=entregue").Total == 10
+	})
+	if _, err := e.DB.PurgeDelivered(t.Context(), e.Clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, map[string]any{"agregado": "equipe:1"}).
+		want(t, http.StatusOK).decode(t, &res)
+	if res.Reenviadas != 0 || res.Expurgadas != 10 {
+		t.Fatalf("gap repair of purged rows: %+v, want 10 purged", res)
+	}
+
+	// Refusals say why.
+	for _, body := range []map[string]any{
+		{},
+		{"agregado": "equipe:1", "desde": apiStart.Format(time.RFC3339)},
+		{"sequencia_desde": 3},
+		{"desde": apiStart.Format(time.RFC3339), "ate": apiStart.Add(-time.Hour).Format(time.RFC3339)},
+	} {
+		e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, body).want(t, http.StatusUnprocessableEntity)
+	}
+
+	rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{Acao: app.AcaoIntegradorReenviar, Limite: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byA := 0
+	for _, r := range rows {
+		if r.Quem.Tipo == app.ActorIntegrador && r.Quem.ID == a.ID && r.Alvo.ID == a.ID {
+			byA++
+		}
+	}
+	if byA < 2 {
+		t.Errorf("%d gap repairs in the trail as integrator A, want 2 or more: %+v", byA, rows)
+	}
+}
