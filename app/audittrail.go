@@ -346,6 +346,7 @@ const (
 	AcaoIntegradorTentarAgora       = "integrador.tentar_agora" // closes the circuit, pending rows due now
 	AcaoIntegradorReenviar          = "integrador.reenviar"     // gap repair: delivered rows sent again
 	AcaoIntegradorTestar            = "integrador.testar"       // the receiver tester
+	AcaoIntegradorEventoTeste       = "integrador.evento_teste" // an integracao:teste event to itself
 
 	AcaoRegistroRegistrar    = "registro.registrar"
 	AcaoRegistroDescontinuar = "registro.descontinuar"

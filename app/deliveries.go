@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"geohub/app/keys"
@@ -20,6 +21,8 @@ type Deliveries struct {
 	Now        func() time.Time
 	// Tester is the receiver tester, posting as the dispatcher does.
 	Tester *Tester
+	// Publisher publishes the test event an integrator sends itself.
+	Publisher *Publisher
 }
 
 // List returns one page of deliveries; limite as for events.
@@ -244,6 +247,49 @@ func (s *Deliveries) Test(ctx context.Context, integrators *Integrators, id stri
 	}
 	s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
 	return rep, nil
+}
+
+// TestEvent is the answer of an integrator's test event: the event, and
+// the deliveries it made (one, or none, saying why).
+type TestEvent struct {
+	Evento   Event  `json:"evento"`
+	Entregas int    `json:"entregas"`
+	Motivo   string `json:"motivo,omitempty"`
+}
+
+// SendTestEvent publishes an integracao:teste event that only the
+// integrator receives, through the outbox like any other: a real delivery,
+// with its attempts on record, that the receiver accepts and discards.
+func (s *Deliveries) SendTestEvent(ctx context.Context, integrators *Integrators, id string) (TestEvent, error) {
+	in, err := integrators.Get(ctx, id)
+	if err != nil {
+		return TestEvent{}, err
+	}
+	ev, _, err := s.Publisher.Publish(ctx, PublishRequest{Tipo: TestEventType, Origem: ServerName,
+		Agregado: "teste:" + uuid.Must(uuid.NewV7()).String(), Autoria: &Autoria{ID: in.ID, Tipo: ActorIntegrador},
+		Payload: json.RawMessage(`{"mensagem":"evento de teste pedido pelo integrador: aceite e descarte"}`)})
+	if err != nil {
+		return TestEvent{}, err
+	}
+	out := TestEvent{Evento: ev}
+	page, err := s.List(ctx, DeliveryFilter{EventID: ev.EventID, Integrador: in.ID})
+	if err != nil {
+		return TestEvent{}, err
+	}
+	out.Entregas = page.Total
+	audit := NewAudit(ctx, AcaoIntegradorEventoTeste, AuditTarget{Tipo: "integrador", ID: in.ID, Nome: in.Nome},
+		Set("event_id", ev.EventID), Set("entregas", out.Entregas))
+	s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
+	switch {
+	case out.Entregas > 0:
+	case !in.Ativo:
+		out.Motivo = "o integrador está inativo: não recebe entregas até ser verificado ou reativado"
+	case !in.Wants(TestEventType):
+		out.Motivo = "os eventos do integrador não incluem integracao:teste: inclua integracao:* nos eventos dele"
+	default:
+		out.Motivo = "o integrador não tem callback para receber entregas"
+	}
+	return out, nil
 }
 
 // RetryResult is the answer of "Tentar agora" for an integrator.

@@ -128,6 +128,24 @@ var families = map[string]family{
 	},
 }
 
+// byType is what the family's entry does not fit: a type of its own.
+var byType = map[string]family{
+	app.TestEventType: {
+		publisher: "o Geohub, para o integrador que pede um evento de teste (`POST /api/integradores/eu/evento-teste`); " +
+			"o testador de receptores usa o mesmo tipo, sem registrar entregas (`origem.plugin` = `geohub`)",
+		aggregate: "`teste:<uuid>` (sequência 1)",
+	},
+}
+
+// familyFor is who publishes tv and under which aggregate.
+func familyFor(tipo string) (family, bool) {
+	if f, ok := byType[tipo]; ok {
+		return f, true
+	}
+	f, ok := families[familyOf(tipo)]
+	return f, ok
+}
+
 var audiences = map[string]string{
 	app.AudienciaOriginador: "o integrador que originou o agregado (quem registrou a ocorrência), se ativo; " +
 		"o integrador que causou o evento também o recebe, e para ele é eco",
@@ -147,7 +165,7 @@ func renderCatalogue(types []app.TypeVersion) (string, error) {
 	var b strings.Builder
 	b.WriteString("\n| tipo | versão | audiência | agregado |\n|---|---|---|---|\n")
 	for _, tv := range types {
-		fam, ok := families[familyOf(tv.Tipo)]
+		fam, ok := familyFor(tv.Tipo)
 		if !ok {
 			return "", fmt.Errorf("%s: family %q has no entry in families (docs/catalog_test.go): say who publishes it and under which aggregate",
 				tv.Tipo, familyOf(tv.Tipo))
@@ -169,8 +187,11 @@ func familyOf(tipo string) string {
 }
 
 func renderType(b *strings.Builder, tv app.TypeVersion) error {
-	fam := families[familyOf(tv.Tipo)]
+	fam, _ := familyFor(tv.Tipo)
 	who, ok := audiences[tv.Audiencia]
+	if tv.Tipo == app.TestEventType {
+		who = "só o integrador que pediu o teste"
+	}
 	if !ok {
 		return fmt.Errorf("audience %q has no sentence in audiences (docs/catalog_test.go)", tv.Audiencia)
 	}

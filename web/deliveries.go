@@ -200,3 +200,19 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, res) // reenviadas, and expurgadas: those whose body was purged
 }
+
+// sendTestEvent publishes an integracao:teste event that only the
+// integrator receives, through the outbox (SPEC 8c).
+func (s *Server) sendTestEvent(w http.ResponseWriter, r *http.Request) {
+	id, err := s.integratorID(r)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	res, err := s.Deliveries.SendTestEvent(r.Context(), s.Integrators, id)
+	if err != nil {
+		s.Fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, res)
+}

@@ -52,7 +52,7 @@ func apiSetupWithDispatcher(t *testing.T) *delEnv {
 	t.Cleanup(hs.Close)
 
 	env := &apiEnv{URL: hs.URL, DB: db, Clock: clock, Tokens: map[app.Papel]string{}, client: hs.Client(),
-		Integrators: integrators}
+		Integrators: integrators, Registry: k.Registry}
 	for _, p := range []app.Papel{app.PapelAdmin, app.PapelOperador, app.PapelLeitor, app.PapelProdutor} {
 		secret, _, err := auth.CreateToken(t.Context(), p, "teste-"+string(p))
 		if err != nil {

@@ -18,6 +18,17 @@ import (
 func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 	e := apiSetupWithDispatcher(t)
 	e.delRegisterTypes(t)
+	builtin, err := app.BuiltinTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tv := range builtin {
+		if tv.Tipo == app.TestEventType {
+			if _, _, err := e.Registry.Register(t.Context(), tv); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	rcA, rcB := delNewReceiver(t, http.StatusNoContent), delNewReceiver(t, http.StatusNoContent)
 	a, b := e.delCreateIntegrator(t, rcA, "CAD A"), e.delCreateIntegrator(t, rcB, "CAD B")
 	keyA := "Bearer " + a.APIKey
@@ -94,6 +105,37 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		return e.delList(t, "integrador="+a.ID+"&status=entregue").Total == 10
 	})
 
+	// A test event to itself, through the outbox, to it alone.
+	nA, nB = len(rcA.delRequests()), len(rcB.delRequests())
+	var te app.TestEvent
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/evento-teste", keyA, nil).want(t, http.StatusCreated).decode(t, &te)
+	if te.Entregas != 1 || te.Evento.Tipo != app.TestEventType {
+		t.Fatalf("evento-teste: %+v", te)
+	}
+	e.delWaitStatus(t, te.Evento.EventID, a.ID, app.EntregaEntregue)
+	if got := rcA.delRequests()[nA:]; len(got) != 1 || !bytes.Contains(got[0].Body, []byte(`"tipo":"integracao:teste"`)) {
+		t.Errorf("the test event's delivery: %d requests", len(got))
+	}
+	if got := len(rcB.delRequests()); got != nB {
+		t.Errorf("the other integrator got %d requests of A's test event", got-nB)
+	}
+
+	// The tester, on its own callback: a receiver that answers 204 to
+	// everything fails it, and the answer says where.
+	var rep app.TestReport
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/testar", keyA, nil).want(t, http.StatusOK).decode(t, &rep)
+	if rep.Aprovado || len(rep.Verificacoes) != len(app.TestChecks) || rep.Verificacoes[1].Resultado != app.TesteFalhou {
+		t.Fatalf("tester on a receiver that accepts everything: %+v", rep)
+	}
+	if got := len(rcA.delRequests()); got <= nA+1 {
+		t.Fatal("the tester sent nothing")
+	}
+	if p := e.delList(t, "integrador="+a.ID); p.Total != 11 {
+		t.Errorf("%d deliveries recorded after the tester, want 11: its requests are not deliveries", p.Total)
+	}
+	e.do(t, http.MethodPost, "/api/integradores/"+a.ID+"/testar", app.PapelOperador, nil).want(t, http.StatusOK)
+	e.do(t, http.MethodPost, "/api/integradores/"+a.ID+"/testar", app.PapelLeitor, nil).want(t, http.StatusForbidden)
+
 	// By time window, from an operator, for the other integrator: all 10.
 	e.do(t, http.MethodPost, "/api/integradores/"+b.ID+"/reenviar", app.PapelOperador, map[string]any{
 		"desde": apiStart.Add(-time.Hour).Format(time.RFC3339)}).want(t, http.StatusOK).decode(t, &res)
@@ -124,17 +166,19 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, body).want(t, http.StatusUnprocessableEntity)
 	}
 
-	rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{Acao: app.AcaoIntegradorReenviar, Limite: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byA := 0
-	for _, r := range rows {
-		if r.Quem.Tipo == app.ActorIntegrador && r.Quem.ID == a.ID && r.Alvo.ID == a.ID {
-			byA++
+	for acao, want := range map[string]int{app.AcaoIntegradorReenviar: 2, app.AcaoIntegradorEventoTeste: 1, app.AcaoIntegradorTestar: 1} {
+		rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{Acao: acao, Limite: 50})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if byA < 2 {
-		t.Errorf("%d gap repairs in the trail as integrator A, want 2 or more: %+v", byA, rows)
+		byA := 0
+		for _, r := range rows {
+			if r.Quem.Tipo == app.ActorIntegrador && r.Quem.ID == a.ID && r.Alvo.ID == a.ID {
+				byA++
+			}
+		}
+		if byA < want {
+			t.Errorf("%d %s in the trail as integrator A, want %d or more: %+v", byA, acao, want, rows)
+		}
 	}
 }

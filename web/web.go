@@ -92,6 +92,7 @@ func (s *Server) Handler() http.Handler {
 	// (SPEC 8b, 8c): the tester and gap repair.
 	mux.Handle("POST /api/integradores/{id}/testar", s.authedOrOwn(operate, s.testIntegrator))
 	mux.Handle("POST /api/integradores/{id}/reenviar", s.authedOrOwn(operate, s.redeliver))
+	mux.Handle("POST /api/integradores/{id}/evento-teste", s.authedOrOwn(operate, s.sendTestEvent))
 
 	mux.Handle("POST /api/ocorrencias", s.command(s.registerOcorrencia))
 	mux.Handle("POST /api/ocorrencias/{id}/despachos", s.command(s.dispatch))
