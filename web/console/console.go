@@ -156,6 +156,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /integradores/{id}/segredo/rotacionar", c.authed(app.Admins, c.rotateSecret))
 	mux.Handle("POST /integradores/{id}/api_key/rotacionar", c.authed(app.Admins, c.rotateAPIKey))
 	mux.Handle("POST /integradores/{id}/verificar", c.authed(app.Admins, c.verifyIntegrator))
+	mux.Handle("POST /integradores/{id}/testar", c.authed(app.Operators, c.testIntegrator))
 	mux.Handle("GET /registro", c.authed(app.Readers, c.registry))
 	mux.Handle("GET /registro/{tipo}", c.authed(app.Readers, c.heavy(c.registryType)))
 	mux.Handle("GET /registro/{tipo}/{versao}/schema", c.authed(app.Readers, c.heavy(c.schemaRaw)))

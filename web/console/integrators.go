@@ -367,11 +367,13 @@ func ago(t, now time.Time) string {
 	return "há " + strconv.Itoa(int(d.Hours()/24)) + " dias"
 }
 
-// verification is the outcome of a verificar, shown on the integrator's page.
+// verification is the outcome of a verificar, or the receiver tester's
+// report (Report set), shown on the integrator's page.
 type verification struct {
 	OK          bool
 	Reactivated bool // it was inactive and the success made it active
 	Attempt     app.Attempt
+	Report      *app.TestReport
 }
 
 func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
@@ -393,6 +395,33 @@ func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 	ok := a.Succeeded()
 	v := &verification{OK: ok, Reactivated: ok && !before.Ativo, Attempt: a}
 	c.showIntegrator(w, r, http.StatusOK, after, editFormOf(after), v)
+}
+
+// testIntegrator runs the receiver tester against the integrator's
+// callback (SPEC 8b) and shows its report on the integrator's page.
+func (c *Console) testIntegrator(w http.ResponseWriter, r *http.Request) {
+	rep, err := c.Deliveries.Test(r.Context(), c.Integrators, r.PathValue("id"))
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	in, err := c.Integrators.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	c.showIntegrator(w, r, http.StatusOK, in, editFormOf(in), &verification{Report: &rep})
+}
+
+// testResult is a check's outcome in words.
+func testResult(r string) string {
+	switch r {
+	case app.TesteOK:
+		return "ok"
+	case app.TesteAviso:
+		return "aviso"
+	}
+	return "falhou"
 }
 
 // splitList reads a list typed one per line or separated by commas; nothing

@@ -1,0 +1,46 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"geohub/app"
+)
+
+// "Testar receptor" on an integrator's page runs the receiver tester and
+// shows each check's outcome; a receiver that answers 204 to everything
+// fails recusa-assinatura, and the page says so.
+func TestTheIntegratorPageRunsTheReceiverTester(t *testing.T) {
+	b := newTailBench(t)
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer cad.Close()
+	created, err := b.integrators.Create(context.Background(), app.NewIntegrator{Nome: "CAD SAMU",
+		CallbackURL: cad.URL + "/eventos", HostsPermitidos: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
+	_, page := get(t, admin, b.srv.URL+"/integradores/"+created.ID)
+	if !strings.Contains(page, `action="/integradores/`+created.ID+`/testar"`) {
+		t.Fatal("no Testar receptor on the integrator's page")
+	}
+	res, page := post(t, admin, b.srv.URL+"/integradores/"+created.ID+"/testar", url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, "não passou no testador") ||
+		!strings.Contains(page, `data-verificacao="recusa-assinatura" data-resultado="falhou"`) ||
+		!strings.Contains(page, `data-verificacao="aceita-valido" data-resultado="ok"`) {
+		t.Fatalf("the tester's report: %d %s", res.StatusCode, page)
+	}
+	for _, id := range app.TestChecks {
+		if !strings.Contains(page, `data-verificacao="`+id+`"`) {
+			t.Errorf("the report has no %s", id)
+		}
+	}
+	// Without the form's token, nothing runs.
+	if res, _ := post(t, admin, b.srv.URL+"/integradores/"+created.ID+"/testar", url.Values{}); res.StatusCode != http.StatusForbidden {
+		t.Errorf("a tester run without CSRF: %d", res.StatusCode)
+	}
+}
