@@ -483,3 +483,28 @@ CREATE TABLE verificacao_chave (
 ALTER TABLE delivery_attempt ADD COLUMN resposta_selada BLOB;
 ALTER TABLE outbox_selagem ADD COLUMN cursor_resposta INTEGER NOT NULL DEFAULT 0; -- every attempt up to this id is sealed
 UPDATE outbox_selagem SET etapa = 0 WHERE EXISTS (SELECT 1 FROM delivery_attempt WHERE resposta <> '');
+
+-- migration: 16
+
+-- The integrators' portal (SPEC 8c). A sign-in link an admin or operador
+-- makes for one integrator: its token kept as a hash, good once, for 24 h,
+-- until revoked. A portal session, opened by a link or by the integrator's
+-- API key, reaches that integrator only. Expired rows go with each insert.
+CREATE TABLE portal_link (
+    id            TEXT    PRIMARY KEY,
+    hash          TEXT    NOT NULL UNIQUE,
+    integrador_id TEXT    NOT NULL REFERENCES integrator (id),
+    criado_em     INTEGER NOT NULL, -- unix milliseconds
+    expira_em     INTEGER NOT NULL,
+    usado_em      INTEGER,
+    revogado_em   INTEGER
+);
+CREATE INDEX portal_link_integrador_idx ON portal_link (integrador_id);
+CREATE INDEX portal_link_expira_idx ON portal_link (expira_em);
+CREATE TABLE portal_session (
+    hash          TEXT    PRIMARY KEY,
+    integrador_id TEXT    NOT NULL REFERENCES integrator (id),
+    criado_em     INTEGER NOT NULL, -- unix milliseconds
+    expira_em     INTEGER NOT NULL
+);
+CREATE INDEX portal_session_expira_idx ON portal_session (expira_em);

@@ -352,6 +352,11 @@ const (
 	AcaoRegistroDescontinuar = "registro.descontinuar"
 	AcaoRegistroReativar     = "registro.reativar"
 
+	AcaoPortalLinkCriar   = "portal.link.criar"
+	AcaoPortalLinkRevogar = "portal.link.revogar"
+	AcaoPortalEntrar      = "portal.entrar"
+	AcaoPortalSair        = "portal.sair"
+
 	AcaoEntregaReenviar     = "entrega.reenviar"
 	AcaoEntregaReenviarLote = "entrega.reenviar_lote"
 	AcaoEntregaTentarAgora  = "entrega.tentar_agora"

@@ -22,6 +22,7 @@ type Store interface {
 	RegistryStore
 	AuthStore
 	SessionStore
+	PortalStore
 	IntegratorStore
 	OutboxStore
 	ConsumerStore
@@ -80,6 +81,7 @@ type Services struct {
 	Registry    *Registry
 	Auth        *Auth
 	Sessions    *Sessions
+	Portal      *Portal
 	Integrators *Integrators
 	Publisher   *Publisher
 	Commands    *Commands
@@ -157,6 +159,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Registry:    registry,
 		Auth:        &Auth{Store: db, Now: d.Now, PasswordCost: d.PasswordCost},
 		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost},
+		Portal:      &Portal{Store: db, Integrators: integrators, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey)},
 		Integrators: integrators,
 		Publisher:   publisher,
 		Commands:    &Commands{Publisher: publisher, Log: db, Key: keys.Command(d.MasterKey), Now: d.Now},

@@ -408,3 +408,27 @@ CREATE TABLE verificacao_chave (
 -- database is filled by migrate-data from a SQLite one whose upgrade is
 -- done, so it holds no clear answer to seal.
 ALTER TABLE delivery_attempt ADD COLUMN resposta_selada BYTEA;
+
+-- migration: 6
+
+-- The integrators' portal, as SQLite's migration 16: sign-in links (a hash,
+-- good once, for 24 h, until revoked) and portal sessions, each for one
+-- integrator.
+CREATE TABLE portal_link (
+    id            TEXT    PRIMARY KEY,
+    hash          TEXT    NOT NULL UNIQUE,
+    integrador_id TEXT    NOT NULL REFERENCES integrator (id),
+    criado_em     BIGINT  NOT NULL, -- unix milliseconds
+    expira_em     BIGINT  NOT NULL,
+    usado_em      BIGINT,
+    revogado_em   BIGINT
+);
+CREATE INDEX portal_link_integrador_idx ON portal_link (integrador_id);
+CREATE INDEX portal_link_expira_idx ON portal_link (expira_em);
+CREATE TABLE portal_session (
+    hash          TEXT    PRIMARY KEY,
+    integrador_id TEXT    NOT NULL REFERENCES integrator (id),
+    criado_em     BIGINT  NOT NULL, -- unix milliseconds
+    expira_em     BIGINT  NOT NULL
+);
+CREATE INDEX portal_session_expira_idx ON portal_session (expira_em);

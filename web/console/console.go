@@ -45,6 +45,7 @@ const (
 // handlers do not check for a missing one.
 type Console struct {
 	Sessions    *app.Sessions
+	Portal      *app.Portal
 	Queries     *app.Queries
 	Deliveries  *app.Deliveries
 	Integrators *app.Integrators
@@ -79,7 +80,7 @@ type Console struct {
 // own settings (Insecure, TrustedProxies, the shared Heavy) before Handler.
 // Nothing else builds one: serve and the tests go through web.NewHandler.
 func New(svc *app.Services, oc *ocorrencia.Service) *Console {
-	return &Console{Sessions: svc.Sessions, Queries: svc.Queries, Deliveries: svc.Deliveries,
+	return &Console{Sessions: svc.Sessions, Portal: svc.Portal, Queries: svc.Queries, Deliveries: svc.Deliveries,
 		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
 		Stats: svc.Stats, Audit: svc.AuditTrail, EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged,
 		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Heavy: heavy.New(heavy.Total)}
@@ -167,6 +168,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /operadores/{id}/senha", c.authed(app.Admins, c.resetOperatorPassword))
 	mux.Handle("POST /operadores/{id}/papel", c.authed(app.Admins, c.setOperatorRole))
 	mux.Handle("GET /auditoria", c.authed(app.Admins, c.heavy(c.auditPage)))
+	c.portalRoutes(mux)
 	return securityHeaders(c.sameOrigin(c.unrouted(mux)))
 }
 

@@ -93,7 +93,15 @@ func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status 
 	if isAdmin(p) {
 		tokens = rotationTokens{Segredo: pending.issue(), Chave: pending.issue()}
 	}
-	c.render(w, r, status, integratorPage(p, in, f, tokens, v, c.Now()))
+	var links []app.PortalLink
+	if canAct(p) {
+		var err error
+		if links, err = c.Portal.Links(r.Context(), in.ID); err != nil {
+			c.Fail(w, r, err)
+			return
+		}
+	}
+	c.render(w, r, status, integratorPage(p, in, f, tokens, v, links, c.Now()))
 }
 
 // rotationTokens are the one-time tokens of the integrator page's two
@@ -374,6 +382,9 @@ type verification struct {
 	Reactivated bool // it was inactive and the success made it active
 	Attempt     app.Attempt
 	Report      *app.TestReport
+	// PortalLink is a new sign-in link to the portal, shown once.
+	PortalLink       string
+	PortalLinkExpira time.Time
 }
 
 func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
