@@ -340,6 +340,24 @@ func (c *Console) portalResend(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, "/portal/entregas/"+strconv.FormatInt(id, 10), "Reenviada: a entrega voltou para a fila.")
 }
 
+// portalCircuit is the circuit in words, also when it is closed.
+func portalCircuit(in app.Integrator, now time.Time) string {
+	if t := circuitText(in, now); t != "" {
+		return t + ": o Geohub espera antes de tentar de novo; use Tentar agora quando o receptor voltar"
+	}
+	return "fechado: as entregas saem normalmente"
+}
+
+// portalHealth is the health window's numbers in a line.
+func portalHealth(h app.Health) string {
+	parts := []string{plural(h.Tentativas, "tentativa", "tentativas") + ", " + plural(h.Sucessos, "aceita", "aceitas")}
+	if h.LatenciaP95MS != nil {
+		parts = append(parts, "p95 "+durationMS(*h.LatenciaP95MS))
+	}
+	parts = append(parts, plural(h.Pendentes, "pendente agora", "pendentes agora"))
+	return strings.Join(parts, " · ")
+}
+
 // answerAdvice says in plain words what a receiver's answer means and what
 // to do, for the portal's vendor.
 func answerAdvice(a app.Attempt) string {
