@@ -96,6 +96,18 @@ func StandardKey(secret []byte) []byte {
 	return secret
 }
 
+// LibraryReady says whether Standard Webhooks libraries accept secret as
+// it is: SecretPrefix and standard base64. Secrets issued before were
+// URL-safe and unpadded; one rotation replaces such a secret.
+func LibraryReady(secret []byte) bool {
+	s, ok := bytes.CutPrefix(secret, []byte(SecretPrefix))
+	if !ok {
+		return false
+	}
+	key, err := base64.StdEncoding.DecodeString(string(s))
+	return err == nil && len(key) > 0
+}
+
 // SignStandard returns one webhook-signature entry (Standard Webhooks):
 // v1,base64(HMAC-SHA256(key, "<id>.<ts>.<body>")), with key from
 // StandardKey.

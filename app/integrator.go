@@ -501,6 +501,13 @@ func (s *Integrators) RotateAPIKey(ctx context.Context, id string) (_ RotatedAPI
 	return RotatedAPIKey{APIKey: key}, nil
 }
 
+// SecretLibraryReady says whether the integrator's current secret is one
+// Standard Webhooks libraries accept (LibraryReady).
+func (s *Integrators) SecretLibraryReady(ctx context.Context, id string) (bool, error) {
+	current, _, err := s.Secrets(ctx, id)
+	return LibraryReady(current), err
+}
+
 // Secrets returns the secrets that sign a delivery now: the current one and,
 // during a rotation's grace period, the previous one.
 func (s *Integrators) Secrets(ctx context.Context, id string) (current, previous []byte, err error) {

@@ -72,6 +72,9 @@ func TestStandardKeyOfAnOlderSecret(t *testing.T) {
 	if got := app.StandardKey([]byte(old)); string(got) != string(raw) {
 		t.Errorf("StandardKey(%s) = %x", old, got)
 	}
+	if app.LibraryReady([]byte(old)) || !app.LibraryReady([]byte(app.NewSecret())) {
+		t.Error("LibraryReady: an old secret is ready, or a new one is not")
+	}
 	if got := app.StandardKey([]byte("whsec-exemplo-0001")); string(got) != "whsec-exemplo-0001" {
 		t.Errorf("a secret without the prefix is its own key: %q", got)
 	}

@@ -343,6 +343,9 @@ type page struct {
 	S        *session
 	Insecure bool
 	Flash    string // a one-line confirmation, above the content
+	// OldSecret: the integrator on the page signs with a secret of the
+	// format before Standard Webhooks, which those libraries refuse.
+	OldSecret bool
 }
 
 func (c *Console) page(r *http.Request, title, active string) page {

@@ -93,6 +93,12 @@ func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status 
 	if isAdmin(p) {
 		tokens = rotationTokens{Segredo: pending.issue(), Chave: pending.issue()}
 	}
+	ready, err := c.Integrators.SecretLibraryReady(r.Context(), in.ID)
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	p.OldSecret = !ready
 	var links []app.PortalLink
 	if canAct(p) {
 		var err error

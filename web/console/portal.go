@@ -46,6 +46,8 @@ type portalPage struct {
 	Title    string
 	S        *portalSession
 	Insecure bool
+	// OldSecret: its secret predates Standard Webhooks (see page.OldSecret).
+	OldSecret bool
 }
 
 func (c *Console) portalPage(r *http.Request, title string) portalPage {
@@ -206,7 +208,14 @@ func (c *Console) showPortalHome(w http.ResponseWriter, r *http.Request, status 
 		c.Fail(w, r, err)
 		return
 	}
-	c.render(w, r, status, portalHomePage(c.portalPage(r, in.Nome), in, f, page, res, c.Now()))
+	ready, err := c.Integrators.SecretLibraryReady(r.Context(), in.ID)
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	pp := c.portalPage(r, in.Nome)
+	pp.OldSecret = !ready
+	c.render(w, r, status, portalHomePage(pp, in, f, page, res, c.Now()))
 }
 
 func (c *Console) portalDelivery(w http.ResponseWriter, r *http.Request) {
