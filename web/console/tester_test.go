@@ -1,7 +1,9 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -42,5 +44,34 @@ func TestTheIntegratorPageRunsTheReceiverTester(t *testing.T) {
 	// Without the form's token, nothing runs.
 	if res, _ := post(t, admin, b.srv.URL+"/integradores/"+created.ID+"/testar", url.Values{}); res.StatusCode != http.StatusForbidden {
 		t.Errorf("a tester run without CSRF: %d", res.StatusCode)
+	}
+}
+
+// An integrator whose secret predates Standard Webhooks (unpadded URL-safe
+// base64) is told, on its page, that one rotation gives a library-ready
+// secret; one with a new secret is not.
+func TestTheIntegratorPageSaysWhenItsSecretPredatesStandardWebhooks(t *testing.T) {
+	b := newTailBench(t)
+	ctx := context.Background()
+	mk := func(nome string) app.CreatedIntegrator {
+		in, err := b.integrators.Create(ctx, app.NewIntegrator{Nome: nome, CallbackURL: "http://127.0.0.1:1/eventos",
+			HostsPermitidos: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	fresh, old := mk("CAD Novo"), mk("CAD Antigo")
+	legacy := app.SecretPrefix + base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{0xfb}, 32))
+	if err := b.integrators.Store.SetIntegratorSecret(ctx, old.ID, app.IntegratorSecrets{
+		Atual: b.integrators.Sealer.Seal([]byte(legacy), old.ID)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := loginAs(t, b, "admin", benchAdminPassword)
+	if _, page := get(t, admin, b.srv.URL+"/integradores/"+old.ID); !strings.Contains(page, "data-segredo-antigo") {
+		t.Error("no notice for a secret of the old format")
+	}
+	if _, page := get(t, admin, b.srv.URL+"/integradores/"+fresh.ID); strings.Contains(page, "data-segredo-antigo") {
+		t.Error("a notice for a library-ready secret")
 	}
 }
