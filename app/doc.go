@@ -18,8 +18,10 @@
 //   - A delivery: outbox.go (rows, statuses, the store's interface),
 //     dispatch.go (claim, send, record), attempt.go (decide: the outcome of
 //     one attempt), sender.go (sign and post; the 2xx rule), breaker.go and
-//     health.go (per integrator), deliveries.go (an operator's resend,
-//     "tentar agora", "verificar"), integrator.go (the cadastro),
+//     health.go (per integrator), deliveries.go (resend, "tentar agora",
+//     "verificar", gap repair and the test event, for an operator or the
+//     integrator itself), tester.go (the receiver tester), portal.go (the
+//     integrators' portal: links and sessions), integrator.go (the cadastro),
 //     neterror.go (transport errors in Portuguese), leader.go, shared.go
 //     and wakeup.go (replicas); the SSRF policy of callbacks is package
 //     callback.
