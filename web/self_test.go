@@ -105,6 +105,24 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		return e.delList(t, "integrador="+a.ID+"&status=entregue").Total == 10
 	})
 
+	// Its circuit and its secret.
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/tentar-agora", keyA, nil).want(t, http.StatusOK)
+	var rot app.RotatedSecret
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/segredo/rotacionar", keyA, nil).want(t, http.StatusOK).decode(t, &rot)
+	if !app.LibraryReady([]byte(rot.Segredo)) {
+		t.Errorf("the rotated secret %q is not library-ready", rot.Segredo)
+	}
+	e.doAuth(t, http.MethodPost, "/api/integradores/"+b.ID+"/segredo/rotacionar", keyA, nil).want(t, http.StatusForbidden)
+	// The registry lists what it receives (every type, by default).
+	var reg struct{ Tipos []app.TypeVersion }
+	e.doAuth(t, http.MethodGet, "/api/registro", keyA, nil).want(t, http.StatusOK).decode(t, &reg)
+	if len(reg.Tipos) == 0 {
+		t.Error("the key reads no type in the registry")
+	}
+	// A key reaches none of the operators' other routes.
+	e.doAuth(t, http.MethodGet, "/api/integradores", keyA, nil).want(t, http.StatusUnauthorized)
+	e.doAuth(t, http.MethodGet, "/api/events", keyA, nil).want(t, http.StatusUnauthorized)
+
 	// A test event to itself, through the outbox, to it alone.
 	nA, nB = len(rcA.delRequests()), len(rcB.delRequests())
 	var te app.TestEvent
@@ -166,7 +184,8 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, body).want(t, http.StatusUnprocessableEntity)
 	}
 
-	for acao, want := range map[string]int{app.AcaoIntegradorReenviar: 2, app.AcaoIntegradorEventoTeste: 1, app.AcaoIntegradorTestar: 1} {
+	for acao, want := range map[string]int{app.AcaoIntegradorReenviar: 2, app.AcaoIntegradorEventoTeste: 1,
+		app.AcaoIntegradorTestar: 1, app.AcaoIntegradorSegredoRotacionar: 1, app.AcaoIntegradorTentarAgora: 1} {
 		rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{Acao: acao, Limite: 50})
 		if err != nil {
 			t.Fatal(err)
