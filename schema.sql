@@ -508,3 +508,9 @@ CREATE TABLE portal_session (
     expira_em     INTEGER NOT NULL
 );
 CREATE INDEX portal_session_expira_idx ON portal_session (expira_em);
+-- A gap repair by time window (SPEC 8c) reads one integrator's rows by the
+-- time they were enqueued: a range of this index, not a walk of its whole
+-- history inside the writer's transaction. It also serves what the index
+-- on integrador_id alone did.
+DROP INDEX outbox_integrador_idx;
+CREATE INDEX outbox_integrador_idx ON outbox (integrador_id, criado_em);

@@ -352,10 +352,11 @@ const (
 	AcaoRegistroDescontinuar = "registro.descontinuar"
 	AcaoRegistroReativar     = "registro.reativar"
 
-	AcaoPortalLinkCriar   = "portal.link.criar"
-	AcaoPortalLinkRevogar = "portal.link.revogar"
-	AcaoPortalEntrar      = "portal.entrar"
-	AcaoPortalSair        = "portal.sair"
+	AcaoPortalLinkCriar       = "portal.link.criar"
+	AcaoPortalLinkRevogar     = "portal.link.revogar"
+	AcaoPortalEntrar          = "portal.entrar"
+	AcaoPortalSair            = "portal.sair"
+	AcaoPortalSessoesEncerrar = "portal.sessoes.encerrar"
 
 	AcaoEntregaReenviar     = "entrega.reenviar"
 	AcaoEntregaReenviarLote = "entrega.reenviar_lote"

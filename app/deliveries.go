@@ -8,6 +8,7 @@ import (
 	"geohub/app/keys"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,9 @@ type Deliveries struct {
 	Now        func() time.Time
 	// Tester is the receiver tester, posting as the dispatcher does.
 	Tester *Tester
+	// testing holds the integrators whose tester runs now: one at a time
+	// each, so repeated clicks or calls do not multiply its requests.
+	testing sync.Map
 	// Publisher publishes the test event an integrator sends itself.
 	Publisher *Publisher
 }
@@ -230,6 +234,11 @@ func (s *Deliveries) Test(ctx context.Context, integrators *Integrators, id stri
 		return TestReport{}, err
 	}
 	audit.Alvo.Nome = in.Nome
+	if _, running := s.testing.LoadOrStore(id, true); running {
+		return TestReport{}, &Error{Code: ERateLimited, RetryAfter: TesterBudget,
+			Message: "um teste deste receptor já está em andamento: espere ele terminar"}
+	}
+	defer s.testing.Delete(id)
 	current, _, err := integrators.Secrets(ctx, id)
 	if err != nil {
 		return TestReport{}, err

@@ -35,6 +35,9 @@ type PortalStore interface {
 	// PortalSessionIntegrator returns the integrator of a live session.
 	PortalSessionIntegrator(ctx context.Context, hash string, now time.Time) (string, error)
 	DeletePortalSession(ctx context.Context, hash string, audit *AuditEntry) error
+	// EndPortalSessions ends every portal session of the integrator. A
+	// replaced API key ends them too (SetIntegratorAPIKey).
+	EndPortalSessions(ctx context.Context, integrador string, audit *AuditEntry) (int, error)
 }
 
 // PortalLink is a sign-in link, as the console lists it (never its token).
@@ -182,6 +185,20 @@ func (p *Portal) Session(ctx context.Context, secret string) (Integrator, error)
 func (p *Portal) SignOut(ctx context.Context, secret string, in Integrator) error {
 	audit := NewAudit(ctx, AcaoPortalSair, AuditTarget{Tipo: "integrador", ID: in.ID, Nome: in.Nome})
 	return p.Store.DeletePortalSession(ctx, hashToken(secret), audit)
+}
+
+// EndSessions signs everyone out of the integrator's portal: for a link
+// sent to the wrong person, or a vendor that changed hands.
+func (p *Portal) EndSessions(ctx context.Context, integrador string) (_ int, err error) {
+	audit := NewAudit(ctx, AcaoPortalSessoesEncerrar, AuditTarget{Tipo: "integrador", ID: integrador})
+	audit.CountAs = "sessoes"
+	defer func() { recordRefusal(ctx, p.Store, audit, err) }()
+	in, err := p.Integrators.Get(ctx, integrador)
+	if err != nil {
+		return 0, err
+	}
+	audit.Alvo.Nome = in.Nome
+	return p.Store.EndPortalSessions(ctx, integrador, audit)
 }
 
 // CSRF is the CSRF token of a portal session: bound to it, and apart from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -62,7 +63,15 @@ type Tester struct {
 	Now     func() time.Time
 	Version string
 	Timeout time.Duration // the dispatcher's per-attempt limit
+	// Budget bounds a whole run, so its answer comes within the edge's
+	// write deadline even from a receiver that answers each request late;
+	// default TesterBudget.
+	Budget time.Duration
 }
+
+// TesterBudget is a run's default bound: the checks left when it is spent,
+// or after a request that timed out, are reported as not run.
+const TesterBudget = 20 * time.Second
 
 // NewTester returns a tester that posts as the dispatcher does: the same
 // policy checked before and at dial time, the same timeout.
@@ -88,7 +97,12 @@ func (t *Tester) Run(ctx context.Context, target TestTarget) TestReport {
 			allowed = []string{u}
 		}
 	}
-	run := &testRun{t: t, ctx: ctx, url: target.URL, secret: target.Secret, other: []byte(NewSecret())}
+	budget := t.Budget
+	if budget == 0 {
+		budget = TesterBudget
+	}
+	run := &testRun{t: t, ctx: ctx, url: target.URL, secret: target.Secret, other: []byte(NewSecret()),
+		until: time.Now().Add(budget)}
 	if why := t.Policy.Refusal(target.URL, allowed); why != "" {
 		// Nothing is sent where the dispatcher would not send.
 		run.add(TestCheck{ID: "https", Resultado: TesteFalhou,
@@ -126,7 +140,13 @@ type testRun struct {
 	slowID   string
 	timedOut string
 	tls      *SendResult
+	until    time.Time // the run's budget ends
+	notRun   bool      // some check's request was left unsent
 }
+
+// errNotRun is a check's request left unsent: the budget was spent, or the
+// receiver let one request time out already.
+var errNotRun = errors.New("não executada")
 
 func (r *testRun) add(c TestCheck) { r.checks = append(r.checks, c) }
 
@@ -140,7 +160,8 @@ func (r *testRun) report() TestReport {
 	slices.SortStableFunc(r.checks, func(a, b TestCheck) int {
 		return slices.Index(TestChecks, a.ID) - slices.Index(TestChecks, b.ID)
 	})
-	rep := TestReport{Aprovado: true, Verificacoes: r.checks}
+	// A run that could not send every check approves nothing.
+	rep := TestReport{Aprovado: !r.notRun, Verificacoes: r.checks}
 	for _, c := range r.checks {
 		if c.Resultado == TesteFalhou {
 			rep.Aprovado = false
@@ -175,6 +196,10 @@ const testPayload = `{"mensagem":"entrega do testador de receptores do Geohub: a
 
 // send posts d and notes its time for responde-a-tempo.
 func (r *testRun) send(check string, d delivery) (SendResult, time.Duration) {
+	if r.timedOut != "" || !time.Now().Before(r.until) {
+		r.notRun = true
+		return SendResult{Err: errNotRun}, 0
+	}
 	d.req.EntregaID = uuid.Must(uuid.NewV7()).String()
 	hr, err := newDeliveryRequest(r.ctx, r.url, r.t.Version, Timestamp(d.ts), d.req, d.sign, d.other)
 	if err != nil {
@@ -203,7 +228,7 @@ func (r *testRun) expect(id string, d delivery, want func(status int) (result, w
 	res, took := r.send(id, d)
 	c := TestCheck{ID: id, Status: res.Status, DuracaoMS: took.Milliseconds()}
 	if res.Err != nil {
-		c.Resultado, c.Detalhe = TesteFalhou, "sem resposta do receptor: "+res.Err.Error()
+		c.Resultado, c.Detalhe = r.noAnswer(res.Err)
 	} else {
 		c.Resultado, c.Detalhe = want(res.Status)
 		if c.Resultado != TesteOK && res.Snippet != "" {
@@ -211,6 +236,19 @@ func (r *testRun) expect(id string, d delivery, want func(status int) (result, w
 		}
 	}
 	r.add(c)
+}
+
+// noAnswer is the verdict of a check whose request got no answer, or was
+// not sent.
+func (r *testRun) noAnswer(err error) (string, string) {
+	if errors.Is(err, errNotRun) {
+		why := "o tempo do teste acabou"
+		if r.timedOut != "" {
+			why = "o receptor não respondeu a tempo na verificação " + r.timedOut
+		}
+		return TesteAviso, "não executada: " + why + "; corrija responde-a-tempo e teste de novo"
+	}
+	return TesteFalhou, "sem resposta do receptor: " + err.Error()
 }
 
 // accepts is the verdict of a delivery the receiver must accept.
@@ -266,7 +304,7 @@ func (r *testRun) valid() {
 	}
 	switch {
 	case res.Err != nil:
-		c.Resultado, c.Detalhe = TesteFalhou, "sem resposta do receptor: "+res.Err.Error()
+		c.Resultado, c.Detalhe = r.noAnswer(res.Err)
 	case !accepted(res.Status):
 		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("HTTP %d para as sequências 1, 3 e 2 de um agregado: guarde a que chega adiantada e responda 204; aplique-a quando a lacuna fechar", res.Status)
 	}
@@ -321,7 +359,7 @@ func (r *testRun) rotation() {
 	c := TestCheck{ID: "aceita-rotacao", Status: second.Status, DuracaoMS: (took + took2).Milliseconds(), Resultado: TesteOK}
 	switch {
 	case first.Err != nil || second.Err != nil:
-		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("sem resposta do receptor: %v", cmpErr(first.Err, second.Err))
+		c.Resultado, c.Detalhe = r.noAnswer(cmpErr(first.Err, second.Err))
 	case !accepted(first.Status):
 		c.Status = first.Status
 		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("HTTP %d com a assinatura certa em X-Geohub-Assinatura e outra em X-Geohub-Assinatura-Anterior: durante uma rotação, aceite se qualquer das duas conferir", first.Status)
@@ -351,7 +389,8 @@ func (r *testRun) standardWebhooks() {
 	c := TestCheck{ID: "standard-webhooks", Status: res.Status, DuracaoMS: took.Milliseconds()}
 	switch {
 	case res.Err != nil:
-		c.Resultado, c.Detalhe = TesteAviso, "sem resposta do receptor: "+res.Err.Error()
+		_, c.Detalhe = r.noAnswer(res.Err)
+		c.Resultado = TesteAviso
 	case res.Status == http.StatusUnauthorized:
 		c.Resultado, c.Detalhe = TesteOK, "o receptor confere webhook-signature"
 	case accepted(res.Status):

@@ -90,6 +90,9 @@ func TestTheTesterFailsEachBrokenReceiverOnItsCheck(t *testing.T) {
 			return early
 		}
 	}
+	// The slow receiver's answers: each waits for the next tick, so the run
+	// spends its budget with no sleep here.
+	slow := time.Tick(100 * time.Millisecond)
 	for _, c := range []struct {
 		name     string
 		handler  func() http.Handler
@@ -168,13 +171,42 @@ func TestTheTesterFailsEachBrokenReceiverOnItsCheck(t *testing.T) {
 			})
 		}, true, []string{"aceita-repetido", "responde-a-tempo"}},
 		{"http without --insecure-callbacks", func() http.Handler { return sdkReceiver(secret, nil) }, false, []string{"https"}},
+		{"answers each request slowly", func() http.Handler {
+			return before(sdkReceiver(secret, nil), func(r *http.Request, _ []byte) int {
+				<-slow
+				return 0
+			})
+		}, true, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			srv := httptest.NewServer(c.handler())
 			defer srv.Close()
-			tester := app.NewTester(callback.Policy{Insecure: c.insecure}, 500*time.Millisecond, nil, "teste")
+			// The dispatcher's timeout, but for the receiver that never
+			// answers: its run waits for it once.
+			timeout := app.DeliveryTimeout
+			if len(c.want) > 0 && c.want[len(c.want)-1] == "responde-a-tempo" {
+				timeout = 500 * time.Millisecond
+			}
+			tester := app.NewTester(callback.Policy{Insecure: c.insecure}, timeout, nil, "teste")
+			if c.name == "answers each request slowly" {
+				// A budget its answers spend before the last check.
+				tester.Budget = 300 * time.Millisecond
+			}
 			rep := tester.Run(context.Background(), app.TestTarget{URL: srv.URL + "/geohub", Secret: []byte(secret)})
+			if c.name == "answers each request slowly" {
+				notRun := 0
+				for _, v := range rep.Verificacoes {
+					if strings.HasPrefix(v.Detalhe, "não executada") {
+						notRun++
+					}
+				}
+				if rep.Aprovado || notRun == 0 || len(failed(rep)) != 0 {
+					js, _ := json.MarshalIndent(rep, "", "  ")
+					t.Fatalf("a run cut by its budget: %d not run\n%s", notRun, js)
+				}
+				return
+			}
 			if got := failed(rep); !slices.Equal(got, c.want) || rep.Aprovado != (len(c.want) == 0) {
 				js, _ := json.MarshalIndent(rep, "", "  ")
 				t.Fatalf("failed %v, want %v\n%s", got, c.want, js)

@@ -170,6 +170,11 @@ func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *a
 		if n, _ := res.RowsAffected(); n == 0 {
 			return app.ErrNotFound
 		}
+		// A portal session opened with the replaced key (or any other)
+		// ends with it: a leaked key's session must not outlive it.
+		if _, err := tx.Exec(`DELETE FROM portal_session WHERE integrador_id = ?`, id); err != nil {
+			return err
+		}
 		return tx.audit(audit, ms(db.now()))
 	})
 }

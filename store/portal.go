@@ -148,3 +148,19 @@ func (db *DB) DeletePortalSession(ctx context.Context, hash string, audit *app.A
 		return tx.audit(audit, ms(db.now()))
 	})
 }
+
+// EndPortalSessions implements app.PortalStore.
+func (db *DB) EndPortalSessions(ctx context.Context, integrador string, audit *app.AuditEntry) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		res, err := tx.Exec(`DELETE FROM portal_session WHERE integrador_id = ?`, integrador)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), err
+}

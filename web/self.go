@@ -28,11 +28,11 @@ func ownIntegrator(r *http.Request) (app.Integrator, bool) {
 func (s *Server) authedOrOwn(roles []app.Papel, h http.HandlerFunc) http.Handler {
 	byToken := s.authed(roles, h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isAPIKey(r) {
-			byToken.ServeHTTP(w, r)
+		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !isAPIKey(r) || !strings.EqualFold(scheme, "Bearer") {
+			byToken.ServeHTTP(w, r) // which answers 401 for another scheme
 			return
 		}
-		_, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		in, err := s.Integrators.Authenticate(r.Context(), strings.TrimSpace(key))
 		if err != nil {
 			if app.ErrorCode(err) == app.EUnauthorized {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -199,5 +200,43 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		if byA < want {
 			t.Errorf("%d %s in the trail as integrator A, want %d or more: %+v", byA, acao, want, rows)
 		}
+	}
+}
+
+// One tester run at a time per integrator: a second call while the first
+// waits on the receiver is refused with 429, and the first still answers.
+func TestOneTesterRunAtATimePerIntegrator(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+			<-release // the first request of the first run waits here
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rc.Close()
+	var in app.CreatedIntegrator
+	e.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin, map[string]any{"nome": "CAD lento",
+		"callback_url": rc.URL + "/geohub/eventos", "hosts_permitidos": []string{"127.0.0.1"}}).
+		want(t, http.StatusCreated).decode(t, &in)
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, e.URL+"/api/integradores/eu/testar", nil)
+		req.Header.Set("Authorization", "Bearer "+in.APIKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		res.Body.Close()
+		first <- res.StatusCode
+	}()
+	<-arrived
+	e.doAuth(t, http.MethodPost, "/api/integradores/eu/testar", "Bearer "+in.APIKey, nil).want(t, http.StatusTooManyRequests)
+	close(release)
+	if got := <-first; got != http.StatusOK {
+		t.Fatalf("the first run answered %d", got)
 	}
 }

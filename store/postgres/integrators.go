@@ -184,6 +184,11 @@ func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *a
 		if tag.RowsAffected() == 0 {
 			return app.ErrNotFound
 		}
+		// A portal session opened with the replaced key (or any other)
+		// ends with it: a leaked key's session must not outlive it.
+		if _, err := tx.Exec(tx.ctx, `DELETE FROM portal_session WHERE integrador_id = $1`, id); err != nil {
+			return err
+		}
 		return tx.audit(audit, ms(db.now()))
 	}})
 }

@@ -152,3 +152,17 @@ func (db *DB) DeletePortalSession(ctx context.Context, hash string, audit *app.A
 		return tx.audit(audit, ms(db.now()))
 	})
 }
+
+// EndPortalSessions implements app.PortalStore.
+func (db *DB) EndPortalSessions(ctx context.Context, integrador string, audit *app.AuditEntry) (int, error) {
+	var n int64
+	err := db.do(ctx, func(tx *wtx) error {
+		tag, err := tx.Exec(tx.ctx, `DELETE FROM portal_session WHERE integrador_id = $1`, integrador)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		return tx.audit(audit.Counted(n), ms(db.now()))
+	})
+	return int(n), err
+}

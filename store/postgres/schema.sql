@@ -432,3 +432,6 @@ CREATE TABLE portal_session (
     expira_em     BIGINT  NOT NULL
 );
 CREATE INDEX portal_session_expira_idx ON portal_session (expira_em);
+-- A gap repair by time window reads one integrator's rows by the time they
+-- were enqueued: a range of this index.
+CREATE INDEX outbox_integrador_criado_idx ON outbox (integrador_id, criado_em);

@@ -71,6 +71,7 @@ func (c *Console) portalRoutes(mux *http.ServeMux) {
 	// Operators make and revoke the links, from the integrator's page.
 	mux.Handle("POST /integradores/{id}/portal/link", c.authed(app.Operators, c.issuePortalLink))
 	mux.Handle("POST /integradores/{id}/portal/link/{link}/revogar", c.authed(app.Operators, c.revokePortalLink))
+	mux.Handle("POST /integradores/{id}/portal/sessoes/encerrar", c.authed(app.Operators, c.endPortalSessions))
 }
 
 // portalAuthed admits a live portal session, checks a form's CSRF token,
@@ -423,4 +424,13 @@ func (c *Console) revokePortalLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.redirect(w, r, "/integradores/"+url.PathEscape(r.PathValue("id")), "Link do portal revogado.")
+}
+
+func (c *Console) endPortalSessions(w http.ResponseWriter, r *http.Request) {
+	n, err := c.Portal.EndSessions(r.Context(), r.PathValue("id"))
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	c.redirect(w, r, "/integradores/"+url.PathEscape(r.PathValue("id")), "Sessões do portal encerradas: "+strconv.Itoa(n)+".")
 }

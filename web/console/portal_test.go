@@ -143,4 +143,26 @@ func TestThePortalServesOneIntegratorOnly(t *testing.T) {
 	if _, home := get(t, keyed, b.srv.URL+"/portal"); !strings.Contains(home, "CAD Bombeiros") {
 		t.Error("the API key's portal session does not show its integrator")
 	}
+
+	// A replaced API key ends every portal session of the integrator: a
+	// leaked key's session does not outlive it.
+	if _, err := b.integrators.RotateAPIKey(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*http.Client{"the key's": keyed, "the link's": vendor} {
+		if res, _ := get(t, c, b.srv.URL+"/portal"); res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/portal/entrar" {
+			t.Errorf("%s portal session after the key was replaced: %d %s", name, res.StatusCode, res.Header.Get("Location"))
+		}
+	}
+	// And an operator ends them by hand.
+	again, st := signIn(t, issue())
+	if st != http.StatusSeeOther {
+		t.Fatalf("sign in: %d", st)
+	}
+	if res, _ := post(t, admin, b.srv.URL+"/integradores/"+a.ID+"/portal/sessoes/encerrar", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("end the portal's sessions: %d", res.StatusCode)
+	}
+	if res, _ := get(t, again, b.srv.URL+"/portal"); res.StatusCode != http.StatusSeeOther {
+		t.Errorf("a portal session after the operator ended them: %d", res.StatusCode)
+	}
 }
