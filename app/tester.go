@@ -142,6 +142,10 @@ type testRun struct {
 	tls      *SendResult
 	until    time.Time // the run's budget ends
 	notRun   bool      // some check's request was left unsent
+	// answered: some request got an HTTP answer; unreachable: the check
+	// whose request, the first, got none.
+	answered    bool
+	unreachable string
 }
 
 // errNotRun is a check's request left unsent: the budget was spent, or the
@@ -196,7 +200,7 @@ const testPayload = `{"mensagem":"entrega do testador de receptores do Geohub: a
 
 // send posts d and notes its time for responde-a-tempo.
 func (r *testRun) send(check string, d delivery) (SendResult, time.Duration) {
-	if r.timedOut != "" || !time.Now().Before(r.until) {
+	if r.timedOut != "" || r.unreachable != "" || !time.Now().Before(r.until) {
 		r.notRun = true
 		return SendResult{Err: errNotRun}, 0
 	}
@@ -213,6 +217,13 @@ func (r *testRun) send(check string, d delivery) (SendResult, time.Duration) {
 	took := time.Since(start)
 	if res.Transport && r.timedOut == "" && took >= r.t.Timeout {
 		r.timedOut = check
+	}
+	if res.Transport && !r.answered && r.unreachable == "" {
+		// Nothing answered yet: every other check would say the same.
+		r.unreachable = check
+	}
+	if res.Err == nil {
+		r.answered = true
 	}
 	if res.Err == nil && took > r.slowest {
 		r.slowest, r.slowID = took, check
@@ -242,11 +253,13 @@ func (r *testRun) expect(id string, d delivery, want func(status int) (result, w
 // not sent.
 func (r *testRun) noAnswer(err error) (string, string) {
 	if errors.Is(err, errNotRun) {
-		why := "o tempo do teste acabou"
-		if r.timedOut != "" {
-			why = "o receptor não respondeu a tempo na verificação " + r.timedOut
+		switch {
+		case r.unreachable != "":
+			return TesteAviso, "não executada: o receptor não respondeu à primeira entrega (" + r.unreachable + "); suba o receptor e teste de novo"
+		case r.timedOut != "":
+			return TesteAviso, "não executada: o receptor não respondeu a tempo na verificação " + r.timedOut + "; corrija responde-a-tempo e teste de novo"
 		}
-		return TesteAviso, "não executada: " + why + "; corrija responde-a-tempo e teste de novo"
+		return TesteAviso, "não executada: o tempo do teste acabou; corrija responde-a-tempo e teste de novo"
 	}
 	return TesteFalhou, "sem resposta do receptor: " + err.Error()
 }
@@ -404,6 +417,8 @@ func (r *testRun) standardWebhooks() {
 func (r *testRun) timing() {
 	c := TestCheck{ID: "responde-a-tempo", DuracaoMS: r.slowest.Milliseconds(), Resultado: TesteOK}
 	switch {
+	case !r.answered && r.timedOut == "":
+		c.Resultado, c.Detalhe = r.noAnswer(errNotRun)
 	case r.timedOut != "":
 		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("sem resposta em %v (na verificação %s): o Geohub conta isso como falha e tenta de novo; responda antes de processar o que for demorado", r.t.Timeout, r.timedOut)
 	case r.slowest > slowAnswer:

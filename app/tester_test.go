@@ -225,3 +225,22 @@ func TestTheTesterFailsEachBrokenReceiverOnItsCheck(t *testing.T) {
 		})
 	}
 }
+
+// A receiver that is not up fails aceita-valido with the reason, and the
+// checks after it are not run rather than each failing the same way.
+func TestTheTesterStopsAtAReceiverThatIsNotUp(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	rep := app.NewTester(callback.Policy{Insecure: true}, 0, nil, "teste").Run(context.Background(),
+		app.TestTarget{URL: url, Secret: []byte(app.NewSecret())})
+	if got := failed(rep); rep.Aprovado || !slices.Equal(got, []string{"aceita-valido"}) {
+		t.Fatalf("failed %v, aprovado %v", got, rep.Aprovado)
+	}
+	for _, c := range rep.Verificacoes[1:] {
+		if c.ID != "https" && !strings.HasPrefix(c.Detalhe, "não executada") {
+			t.Errorf("%s ran against a receiver that is not up: %s", c.ID, c.Detalhe)
+		}
+	}
+}
