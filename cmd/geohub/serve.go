@@ -210,6 +210,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
+	// Bind before the database is opened for work (SPEC 10, "Start
+	// safely"): a second serve on a busy address must exit before it
+	// recovers the running server's leases or takes a leader term.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another geohub serve, or another program, using this address?)", cfg.Addr, err)
+	}
+	defer ln.Close() // Serve closes it too; this covers the returns before it
+	m.Addr = ln.Addr().String()
 	where := cfg.database()
 	db, key, err := where.open(ctx, logger, false)
 	if err != nil {
@@ -277,11 +286,6 @@ func (m *Main) Run(ctx context.Context) error {
 	edge := web.NewHandler(svc, web.Options{Ocorrencias: ocorrencias, Gatherer: reg,
 		TrustedProxies: proxies, Insecure: cfg.InsecureCallbacks})
 	m.Edge = edge
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
-	m.Addr = ln.Addr().String()
 	httpSrv := &http.Server{
 		Handler:           edge,
 		ReadHeaderTimeout: 10 * time.Second,
