@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -282,6 +283,16 @@ func (c *circuits) circuit(id string, now time.Time) Circuit {
 	return c.m[id].circuit(now)
 }
 
+// failing says whether the integrator's last attempts failed for more than
+// one event, or twice without an HTTP answer: the endpoint, not one poison
+// event, while the circuit is still closed.
+func (c *circuits) failing(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.m[id]
+	return b != nil && !b.open && (len(b.events) >= 2 || b.transport >= 2)
+}
+
 // followShared runs Integrators.Follow for the dispatcher until ctx ends:
 // a circuit another replica opened or closed is this dispatcher's too
 // (logged, counted, signalled, and the loop woken to act on it). The
@@ -298,6 +309,9 @@ func (d *Dispatcher) followShared(ctx context.Context) (wait func()) {
 			}
 			d.Metrics.breaker(c.Integrador, c.Open)
 			d.Signals.Circuit.raise(c)
+			if d.OnRecorded != nil {
+				d.OnRecorded() // the console's incident badge reads circuits too
+			}
 			d.Wake()
 		}, func(err error) {
 			d.Logger.Warn("read what other replicas changed", "err", err)
@@ -322,4 +336,50 @@ func (d *Dispatcher) saveCircuits(ctx context.Context) (wait func()) {
 		}
 	}()
 	return func() { <-done }
+}
+
+// Incident is a CAD that is not receiving now, as every console page
+// announces it (SPEC 9, "At 3 a.m.").
+type Incident struct {
+	ID, Nome string
+	// Estado is the circuit's (CircuitoAberto, CircuitoMeioAberto) or
+	// IncidenteFalhando: failures in a row with the circuit still closed.
+	Estado         string
+	FalhasSeguidas int
+	// Recusado is why this server refuses the integrator's callback.
+	Recusado string
+}
+
+// IncidenteFalhando is an Incident whose circuit is closed but whose last
+// attempts failed, for more than one event or without an HTTP answer.
+const IncidenteFalhando = "falhando"
+
+// Incidents lists, by name, the active integrators that are not receiving:
+// circuit open or half-open, failing (circuits.failing: one poison event's
+// retries are not the endpoint failing), or a callback this server refuses.
+// It reads memory only, so every page and its live badge may ask often.
+func (s *Integrators) Incidents() []Incident {
+	now := s.Now()
+	s.mu.RLock()
+	all := slices.Clone(s.all)
+	s.mu.RUnlock()
+	var out []Incident
+	for _, in := range all {
+		if !in.Ativo {
+			continue
+		}
+		c := s.circuits.circuit(in.ID, now)
+		inc := Incident{ID: in.ID, Nome: in.Nome, Estado: c.Estado, FalhasSeguidas: c.FalhasSeguidas,
+			Recusado: s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos)}
+		switch {
+		case c.Estado != CircuitoFechado, inc.Recusado != "":
+		case s.circuits.failing(in.ID):
+			inc.Estado = IncidenteFalhando
+		default:
+			continue
+		}
+		out = append(out, inc)
+	}
+	slices.SortFunc(out, func(a, b Incident) int { return strings.Compare(a.Nome, b.Nome) })
+	return out
 }

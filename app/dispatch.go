@@ -66,7 +66,9 @@ type Dispatcher struct {
 	// continuously this long (SPEC 6.4: 120 h); 0 turns it off.
 	AutoDisable time.Duration
 	// OnRecorded, when set, is called after a batch of attempts is
-	// committed (the console's live tail of deliveries); it must not block.
+	// committed (the console's live tail of deliveries), and when a circuit
+	// another replica changed is adopted (its incident badge); it must not
+	// block.
 	OnRecorded func()
 	// Sender posts the deliveries; default an HTTPSender on Policy.
 	Sender Sender

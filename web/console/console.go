@@ -145,6 +145,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /ocorrencias/{id}/despachos/{despachoId}/status", c.authed(app.Operators, c.setDespachoStatus))
 	mux.Handle("POST /ocorrencias/{id}/status", c.authed(app.Operators, c.setOcorrenciaStatus))
 	mux.Handle("GET /ws/ocorrencias", c.authed(app.Readers, c.ocorrenciasLive))
+	mux.Handle("GET /ws/alertas", c.authed(app.Readers, c.incidentsLive))
 	// "Tentar agora" acts on deliveries, like a resend: operators too.
 	mux.Handle("POST /integradores/{id}/tentar-agora", c.authed(app.Operators, c.retryIntegratorNow))
 	// Integrators, registry and operators: every other POST is admin-only.
@@ -343,13 +344,21 @@ type page struct {
 	S        *session
 	Insecure bool
 	Flash    string // a one-line confirmation, above the content
+	Warning  string // what the operator must know about what was done
 	// OldSecret: the integrator on the page signs with a secret of the
 	// format before Standard Webhooks, which those libraries refuse.
 	OldSecret bool
+	// Incidents are the CADs not receiving now: every signed-in page names
+	// them in its header and title (SPEC 9, "At 3 a.m.").
+	Incidents []app.Incident
 }
 
 func (c *Console) page(r *http.Request, title, active string) page {
-	return page{Title: title, Active: active, S: sessionOf(r), Insecure: c.Insecure, Flash: c.flash(r)}
+	p := page{Title: title, Active: active, S: sessionOf(r), Insecure: c.Insecure, Flash: c.flash(r), Warning: c.warning(r)}
+	if p.S != nil {
+		p.Incidents = c.Integrators.Incidents()
+	}
+	return p
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, comp templ.Component) {
@@ -401,12 +410,23 @@ func retryAfter(w http.ResponseWriter, err error) {
 // The message travels in the URL with its HMAC (okh), so a link crafted
 // elsewhere cannot put a green "system" message on the console.
 func (c *Console) redirect(w http.ResponseWriter, r *http.Request, to, ok string) {
+	c.redirectWarning(w, r, to, ok, "")
+}
+
+// redirectWarning is redirect with a warning beside the confirmation: what
+// was done, and what the operator must know about it (shown apart, not in
+// green).
+func (c *Console) redirectWarning(w http.ResponseWriter, r *http.Request, to, ok, warning string) {
+	sep := "?"
+	if strings.Contains(to, "?") {
+		sep = "&"
+	}
 	if ok != "" {
-		sep := "?"
-		if strings.Contains(to, "?") {
-			sep = "&"
-		}
 		to += sep + "ok=" + url.QueryEscape(ok) + "&okh=" + c.flashMAC(ok)
+		sep = "&"
+	}
+	if warning != "" {
+		to += sep + "aviso=" + url.QueryEscape(warning) + "&avh=" + c.flashMAC("aviso\x00"+warning)
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
@@ -415,6 +435,16 @@ func (c *Console) flashMAC(msg string) string {
 	m := hmac.New(sha256.New, c.Sessions.CSRFKey)
 	m.Write([]byte("flash\x00" + msg))
 	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// warning returns the request's warning if the console wrote it.
+func (c *Console) warning(r *http.Request) string {
+	q := r.URL.Query()
+	msg := q.Get("aviso")
+	if msg == "" || !hmac.Equal([]byte(q.Get("avh")), []byte(c.flashMAC("aviso\x00"+msg))) {
+		return ""
+	}
+	return msg
 }
 
 // flash returns the request's confirmation message if the console wrote it.

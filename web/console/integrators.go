@@ -93,6 +93,11 @@ func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status 
 	if isAdmin(p) {
 		tokens = rotationTokens{Segredo: pending.issue(), Chave: pending.issue()}
 	}
+	why, err := c.whyFailing(r.Context(), in)
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
 	ready, err := c.Integrators.SecretLibraryReady(r.Context(), in.ID)
 	if err != nil {
 		c.Fail(w, r, err)
@@ -107,7 +112,7 @@ func (c *Console) showIntegrator(w http.ResponseWriter, r *http.Request, status 
 			return
 		}
 	}
-	c.render(w, r, status, integratorPage(p, in, f, tokens, v, links, c.Now()))
+	c.render(w, r, status, integratorPage(p, in, f, tokens, v, links, why, c.Now()))
 }
 
 // rotationTokens are the one-time tokens of the integrator page's two
@@ -428,6 +433,64 @@ func (c *Console) testIntegrator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.showIntegrator(w, r, http.StatusOK, in, editFormOf(in), &verification{Report: &rep})
+}
+
+// failure is why an integrator fails, from its last failed attempt: shown
+// on its page without a click (SPEC 9, "At 3 a.m.").
+type failure struct {
+	Entrega int64
+	Attempt app.Attempt
+}
+
+// whyFailing finds the last failed attempt of an integrator that is failing
+// or whose circuit is open; nil otherwise.
+func (c *Console) whyFailing(ctx context.Context, in app.Integrator) (*failure, error) {
+	if in.FalhandoDesde == nil && circuitState(in) == app.CircuitoFechado && in.CallbackRecusado == "" {
+		return nil, nil
+	}
+	page, err := c.Deliveries.List(ctx, app.DeliveryFilter{Integrador: in.ID, Desc: true, Limite: 50})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range page.Linhas {
+		if d.Tentativas == 0 || (d.UltimoErro == "" && (d.UltimoStatus == 0 || d.UltimoStatus/100 == 2)) {
+			continue
+		}
+		detail, err := c.Deliveries.Get(ctx, d.ID)
+		if err != nil {
+			return nil, err
+		}
+		if n := len(detail.Tentativas); n > 0 {
+			last := slices.MaxFunc(detail.Tentativas, func(a, b app.Attempt) int { return a.Tentativa - b.Tentativa })
+			return &failure{Entrega: d.ID, Attempt: last}, nil
+		}
+	}
+	return nil, nil
+}
+
+// incidentText is an incident's state in a few words.
+func incidentText(i app.Incident) string {
+	switch {
+	case i.Recusado != "":
+		return "callback recusado"
+	case i.Estado == app.CircuitoAberto:
+		return "circuito aberto"
+	case i.Estado == app.CircuitoMeioAberto:
+		return "circuito testando o receptor"
+	}
+	return "falhando (" + plural(i.FalhasSeguidas, "falha seguida", "falhas seguidas") + ")"
+}
+
+// incidentTitle goes before every page's title while a CAD is not
+// receiving, so a tab in the background says so too.
+func incidentTitle(incs []app.Incident) string {
+	switch len(incs) {
+	case 0:
+		return ""
+	case 1:
+		return "⚠ " + incs[0].Nome + ": " + incidentText(incs[0]) + " · "
+	}
+	return "⚠ " + strconv.Itoa(len(incs)) + " CADs sem receber · "
 }
 
 // testResult is a check's outcome in words.

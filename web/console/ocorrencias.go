@@ -226,6 +226,11 @@ type ocorrenciaView struct {
 	Dispatch form
 	// Refused is the reason of the refused command, shown above the page.
 	Refused string
+	// CAD names the integrator that registered it, and Delivered holds its
+	// delivery of each event, by event id; Warning says it is not receiving.
+	CAD       string
+	Delivered map[string]app.Delivery
+	Warning   string
 }
 
 func (c *Console) ocorrenciaPage(w http.ResponseWriter, r *http.Request) {
@@ -246,6 +251,22 @@ func (c *Console) showOcorrencia(w http.ResponseWriter, r *http.Request, status 
 	if v.Events, err = c.Queries.Events(ctx, app.EventFilter{Agregado: "ocorrencia:" + o.ID, Limite: app.MaxLimite}); err != nil {
 		c.Fail(w, r, err)
 		return
+	}
+	// Whether its CAD got each event: the deliveries of this aggregate to
+	// the integrator that registered it.
+	if cad := o.Originador(); cad != "" {
+		v.CAD = v.Names[cad]
+		deliveries, err := c.Deliveries.List(ctx, app.DeliveryFilter{Integrador: cad, Agregado: "ocorrencia:" + o.ID,
+			Limite: app.MaxLimite})
+		if err != nil {
+			c.Fail(w, r, err)
+			return
+		}
+		v.Delivered = map[string]app.Delivery{}
+		for _, d := range deliveries.Linhas {
+			v.Delivered[d.EventID] = d
+		}
+		v.Warning = c.notReceiving(cad)
 	}
 	v.Logins = map[string]string{}
 	if ops, err := c.Sessions.Operators(ctx); err != nil {
@@ -338,11 +359,40 @@ func shown(err error) (*app.Error, bool) {
 }
 
 // done redirects to the ocorrência with what happened.
-func (c *Console) done(w http.ResponseWriter, r *http.Request, id, msg string, repeat bool) {
+func (c *Console) done(w http.ResponseWriter, r *http.Request, o ocorrencia.Ocorrencia, msg string, repeat bool) {
 	if repeat {
 		msg += " (formulário enviado de novo: o comando foi executado uma vez só)"
 	}
-	c.redirect(w, r, "/ocorrencias/"+url.PathEscape(id), msg)
+	c.redirectWarning(w, r, "/ocorrencias/"+url.PathEscape(o.ID), msg, c.notReceiving(o.Originador()))
+}
+
+// cadReceipt says whether the CAD got an event: delivered, waiting (with
+// its attempts so far) or failed.
+func cadReceipt(d app.Delivery) string {
+	switch d.Status {
+	case app.EntregaEntregue:
+		return "recebeu"
+	case app.EntregaFalhou:
+		return "falhou"
+	case app.EntregaProcessando:
+		return "enviando"
+	}
+	if d.Tentativas > 0 {
+		return "esperando (" + plural(d.Tentativas, "tentativa", "tentativas") + ")"
+	}
+	return "esperando"
+}
+
+// notReceiving says, for an act on an ocorrência, that the CAD it goes to
+// is not receiving now: the act is recorded and its delivery waits.
+func (c *Console) notReceiving(integrador string) string {
+	for _, i := range c.Integrators.Incidents() {
+		if i.ID == integrador {
+			return i.Nome + " não está recebendo agora (" + incidentText(i) +
+				"): o ato foi registrado e a entrega dele espera; sai quando o CAD voltar, ou use Tentar agora na página do integrador."
+		}
+	}
+	return ""
 }
 
 // refused shows the ocorrência's page with the reason of a refused command.
@@ -378,7 +428,7 @@ func (c *Console) dispatchRecurso(w http.ResponseWriter, r *http.Request) {
 		c.refused(w, r, err, f)
 		return
 	}
-	c.done(w, r, o.ID, "Recurso "+ident+" despachado: em deslocamento.", out.Repeat)
+	c.done(w, r, o, "Recurso "+ident+" despachado: em deslocamento.", out.Repeat)
 }
 
 func (c *Console) setDespachoStatus(w http.ResponseWriter, r *http.Request) {
@@ -402,7 +452,7 @@ func (c *Console) setDespachoStatus(w http.ResponseWriter, r *http.Request) {
 			msg += " A ocorrência está em atendimento."
 		}
 	}
-	c.done(w, r, o.ID, msg, out.Repeat)
+	c.done(w, r, o, msg, out.Repeat)
 }
 
 func (c *Console) setOcorrenciaStatus(w http.ResponseWriter, r *http.Request) {
@@ -418,7 +468,7 @@ func (c *Console) setOcorrenciaStatus(w http.ResponseWriter, r *http.Request) {
 	if para == ocorrencia.EmAtendimento {
 		msg = "Atendimento iniciado."
 	}
-	c.done(w, r, o.ID, msg, out.Repeat)
+	c.done(w, r, o, msg, out.Repeat)
 }
 
 var registerFields = []string{"natureza", "descricao", "endereco", "lat", "lng"}
@@ -481,5 +531,5 @@ func (c *Console) registerOcorrencia(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, e.Code.HTTPStatus(), newOcorrenciaPage(p, f))
 		return
 	}
-	c.done(w, r, o.ID, "Ocorrência registrada: "+o.Natureza+", aberta.", out.Repeat)
+	c.done(w, r, o, "Ocorrência registrada: "+o.Natureza+", aberta.", out.Repeat)
 }

@@ -150,3 +150,13 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, changed 
 		}
 	}
 }
+
+// incidentsLive keeps a page's incident badge and title current: the CADs
+// not receiving are re-read (from memory) whenever an attempt is recorded
+// or a circuit is adopted from another replica, and sent when they changed.
+func (c *Console) incidentsLive(w http.ResponseWriter, r *http.Request) {
+	c.serveSnapshot(w, r, c.AttemptsChanged, func(context.Context) (map[string]templ.Component, error) {
+		incs := c.Integrators.Incidents()
+		return map[string]templ.Component{"alertas": incidentBadge(incs), "titulo": templ.Raw(templ.EscapeString(incidentTitle(incs)))}, nil
+	})
+}

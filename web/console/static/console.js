@@ -5,6 +5,7 @@
 //   data-vivo="/ws/..."                        a live snapshot (class Vivo)
 //   data-confirmar="question"                  confirm before submitting
 //   data-menu                                  the narrow screen's menu button
+//   data-alertas="/ws/..."                     the header's incident badge, live
 "use strict";
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -14,6 +15,7 @@ document.addEventListener("DOMContentLoaded", () => {
   // socket to check the resume.
   document.querySelectorAll("[data-tail]").forEach((el) => (window.__geohubTail = new Tail(el)));
   document.querySelectorAll("[data-vivo]").forEach((el) => (window.__geohubVivo = new Vivo(el)));
+  document.querySelectorAll("[data-alertas]").forEach((el) => new Alertas(el));
   document.querySelectorAll("form[data-confirmar]").forEach((f) =>
     f.addEventListener("submit", (e) => {
       if (!confirm(f.dataset.confirmar)) e.preventDefault();
@@ -212,5 +214,38 @@ class Vivo {
     if (!this.status) return;
     this.status.textContent = text;
     this.status.className = "tail-status " + cls;
+  }
+}
+
+// Alertas keeps the header's incident badge and the page title current: a
+// CAD that stops receiving shows on whatever page is open, and a tab in
+// the background says so in its title. Each message is the whole state.
+class Alertas {
+  constructor(el) {
+    this.el = el;
+    this.base = el.dataset.titulo;
+    this.wait = 1000;
+    this.connect();
+  }
+
+  connect() {
+    const u = new URL(this.el.dataset.alertas, location.href);
+    u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    const ws = new WebSocket(u);
+    ws.onopen = () => (this.wait = 1000);
+    ws.onmessage = (m) => {
+      const partes = JSON.parse(m.data).partes || {};
+      if ("alertas" in partes) this.el.innerHTML = partes.alertas;
+      if ("titulo" in partes) {
+        const t = document.createElement("textarea");
+        t.innerHTML = partes.titulo;
+        document.title = t.value + this.base;
+      }
+    };
+    ws.onclose = (e) => {
+      if (e.code === 4401) return; // the page's own tail, or the next click, goes to /login
+      setTimeout(() => this.connect(), e.code === 4429 ? 30000 : this.wait);
+      this.wait = Math.min(this.wait * 2, 10000);
+    };
   }
 }

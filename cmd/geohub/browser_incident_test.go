@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"geohub/app"
+)
+
+// TestConsoleAt3AM is issue 25 in a browser. Three pages are open
+// (/ocorrencias, /eventos, /entregas) when a CAD starts answering 500: each
+// shows the CAD in its header badge and title without a reload. A dispatch
+// on that CAD's ocorrência says the CAD is not receiving, and the page says
+// per event whether it got it; the integrator's page says why it fails in
+// the receiver's own words.
+func TestConsoleAt3AM(t *testing.T) {
+	ctx := browser(t)
+	m, dir, stop := runMain(t)
+	t.Cleanup(func() { stop() })
+	base := "http://" + m.Addr
+	var out bytes.Buffer
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
+		t.Fatal(err)
+	}
+	senha := lastLine(out.String())
+	admin, producer := mainToken(t, dir, app.PapelAdmin, "montagem"), mainToken(t, dir, app.PapelProdutor, "rh")
+	client := &http.Client{Timeout: 10 * time.Second}
+	var failing atomic.Bool
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, "banco do CAD fora do ar")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer cad.Close()
+	var in app.CreatedIntegrator
+	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD Bombeiros","callback_url":"`+
+		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
+	status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"vazamento_gas"}`)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("register an ocorrência: %v %d %s", err, status, body)
+	}
+	var oc struct{ ID string }
+	json.Unmarshal(body, &oc)
+
+	login(t, ctx, base, "admin", senha)
+	pages := []string{"/ocorrencias", "/eventos", "/entregas"}
+	tabs := map[string]context.Context{}
+	for i, path := range pages {
+		tab := ctx
+		if i > 0 {
+			var cancel context.CancelFunc
+			tab, cancel = chromedp.NewContext(ctx)
+			t.Cleanup(cancel)
+		}
+		tabs[path] = tab
+		do(t, tab, "open "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(css(`main h1`)))
+		if n := count(t, tab, `[data-incidente]`); n != 0 {
+			t.Fatalf("%s shows %d incidents before any failure", path, n)
+		}
+	}
+
+	failing.Store(true)
+	failedAt := time.Now()
+	for i := range 6 {
+		publishRecord(t, client, m.Addr, producer, jornada(9100+i))
+	}
+	for _, path := range pages {
+		tab := tabs[path]
+		waitFor(t, 20*time.Second, path+": the badge names the CAD without a reload", func() (bool, string) {
+			v, _ := chromedp.Run(tab, chromedp.Evaluate[string](`[...document.querySelectorAll("[data-incidente]")].map((a) => a.textContent).join("|")`))
+			return strings.Contains(v, "CAD Bombeiros"), v
+		})
+		t.Logf("%s: badge shown %v after the CAD began to fail", path, time.Since(failedAt).Round(time.Millisecond))
+		waitFor(t, 20*time.Second, path+": the circuit opens in the badge", func() (bool, string) {
+			v, _ := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector("[data-incidente]")?.textContent || ""`))
+			return strings.Contains(v, "circuito aberto"), v
+		})
+		if title := get(t, tab, "title", chromedp.Title()); !strings.HasPrefix(title, "⚠ CAD Bombeiros") {
+			t.Errorf("%s: the title does not say it: %q", path, title)
+		}
+	}
+	screenshot(t, ctx, "madrugada-badge")
+
+	tab := tabs["/ocorrencias"]
+	do(t, tab, "open the CAD's ocorrência", chromedp.Navigate(base+"/ocorrencias/"+oc.ID), chromedp.WaitVisible(css(`input[name=recurso]`)))
+	if n := count(t, tab, `[data-incidente]`); n != 1 {
+		t.Errorf("the ocorrência page as served shows %d incidents", n)
+	}
+	do(t, tab, "dispatch", chromedp.SendKeys(css(`input[name=recurso]`), "ABT-11"),
+		chromedp.Submit(css(`input[name=recurso]`)))
+	waitText(t, tab, `[data-aviso]`, "não está recebendo")
+	if n := count(t, tab, `td[data-recebido] .selo-pendente, td[data-recebido] .selo-processando, td[data-recebido] .selo-falhou`); n == 0 {
+		t.Error("the ocorrência page does not show an event its CAD has not got")
+	}
+	if n := count(t, tab, `td[data-recebido] .selo-entregue`); n == 0 {
+		t.Error("the ocorrência page does not show the registration its CAD got")
+	}
+	screenshot(t, tab, "madrugada-ocorrencia")
+
+	do(t, tab, "the integrator's page", chromedp.Navigate(base+"/integradores/"+in.ID), chromedp.WaitVisible(css(`[data-por-que]`)))
+	why := text(t, tab, `[data-por-que]`)
+	if !strings.Contains(why, "HTTP 500") || !strings.Contains(why, "banco do CAD fora do ar") {
+		t.Errorf("the integrator page's why: %q", why)
+	}
+	screenshot(t, tab, "madrugada-integrador")
+
+	// Back up: the badge goes away by itself.
+	failing.Store(false)
+	apiCall(t, client, "POST", base+"/api/integradores/"+in.ID+"/tentar-agora", admin, "")
+	for _, path := range pages[1:] {
+		tab := tabs[path]
+		waitFor(t, 20*time.Second, path+": the badge clears once the CAD is back", func() (bool, string) {
+			v, _ := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("[data-incidente]").length`))
+			return v == 0, ""
+		})
+	}
+}
