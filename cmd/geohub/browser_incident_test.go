@@ -102,7 +102,12 @@ func TestConsoleAt3AM(t *testing.T) {
 	}
 	do(t, tab, "dispatch", chromedp.SendKeys(css(`input[name=recurso]`), "ABT-11"),
 		chromedp.Submit(css(`input[name=recurso]`)))
-	waitText(t, tab, `[data-aviso]`, "não está recebendo")
+	// The page before the dispatch already warns (the CAD is down): the
+	// confirmation says the answer is on screen.
+	waitText(t, tab, `main .aviso-ok`, "ABT-11 despachado")
+	if w := text(t, tab, `[data-aviso]`); !strings.Contains(w, "não está recebendo") {
+		t.Errorf("the dispatch's answer does not warn: %q", w)
+	}
 	if n := count(t, tab, `td[data-recebido] .selo-pendente, td[data-recebido] .selo-processando, td[data-recebido] .selo-falhou`); n == 0 {
 		t.Error("the ocorrência page does not show an event its CAD has not got")
 	}
@@ -127,5 +132,76 @@ func TestConsoleAt3AM(t *testing.T) {
 			v, _ := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("[data-incidente]").length`))
 			return v == 0, ""
 		})
+	}
+}
+
+// TestConsoleTouchTargetsOnAPhone measures, at 390 px, every visible
+// button, link-button and form control of the ocorrência and integrator
+// pages: each is at least 44 px tall, and a destructive action stands at
+// least 12 px from the others.
+func TestConsoleTouchTargetsOnAPhone(t *testing.T) {
+	ctx := browser(t)
+	m, dir, stop := runMain(t)
+	t.Cleanup(func() { stop() })
+	base := "http://" + m.Addr
+	var out bytes.Buffer
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
+		t.Fatal(err)
+	}
+	senha := lastLine(out.String())
+	admin := mainToken(t, dir, app.PapelAdmin, "montagem")
+	client := &http.Client{Timeout: 10 * time.Second}
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer cad.Close()
+	var in app.CreatedIntegrator
+	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD SAMU","callback_url":"`+
+		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
+	status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"resgate"}`)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("register: %v %d %s", err, status, body)
+	}
+	var oc struct{ ID string }
+	json.Unmarshal(body, &oc)
+	if status, body, err := command(client, base, in.APIKey, "/api/ocorrencias/"+oc.ID+"/despachos",
+		`{"recurso":{"identificador":"USA-3"}}`); err != nil || status != http.StatusCreated {
+		t.Fatalf("dispatch: %v %d %s", err, status, body)
+	}
+
+	login(t, ctx, base, "admin", senha)
+	do(t, ctx, "phone", chromedp.EmulateViewport(390, 844))
+	defer do(t, ctx, "desktop", chromedp.EmulateViewport(1366, 768))
+	type small struct {
+		What   string
+		Height float64
+	}
+	for _, p := range []struct{ path, ready string }{
+		{"/ocorrencias/" + oc.ID, `button[data-para="no_local"]`},
+		{"/integradores/" + in.ID, `#saude`},
+	} {
+		do(t, ctx, "open "+p.path, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(p.ready)))
+		tiny := get(t, ctx, "measure", chromedp.Evaluate[[]small](`[...document.querySelectorAll(
+			"main button, main .botao, main select, main textarea, main input:not([type=hidden]):not([type=checkbox]):not([type=radio])")]
+			.filter((e) => e.offsetParent !== null)
+			.map((e) => ({what: (e.textContent || e.name || e.tagName).trim().slice(0, 40), height: e.getBoundingClientRect().height}))
+			.filter((e) => e.height < 44)`))
+		if len(tiny) > 0 {
+			t.Errorf("%s: touch targets under 44 px at 390 px: %+v", p.path, tiny)
+		}
+		screenshot(t, ctx, "celular-alvos"+strings.ReplaceAll(p.path, "/", "-"))
+	}
+	// The destructive action stands apart from the one above or beside it.
+	do(t, ctx, "the ocorrência", chromedp.Navigate(base+"/ocorrencias/"+oc.ID), chromedp.WaitVisible(css(`button[data-para="cancelado"]`)))
+	gap := get(t, ctx, "gap", chromedp.Evaluate[float64](`(() => {
+		const danger = document.querySelector('button[data-para="cancelado"]').getBoundingClientRect();
+		const other = document.querySelector('button[data-para="no_local"]').getBoundingClientRect();
+		const dx = Math.max(danger.left - other.right, other.left - danger.right, 0);
+		const dy = Math.max(danger.top - other.bottom, other.top - danger.bottom, 0);
+		return Math.max(dx, dy);
+	})()`))
+	if gap < 12 {
+		t.Errorf("Cancelar despacho is %.0f px from Chegou ao local at 390 px, want 12 or more", gap)
 	}
 }
