@@ -89,6 +89,9 @@ type Ocorrencia struct {
 // Originador is the integrator that registered the ocorrência.
 func (o Ocorrencia) Originador() string { return o.originador }
 
+// RegistradaEm is when the ocorrência was registered.
+func (o Ocorrencia) RegistradaEm() time.Time { return o.registradaEm }
+
 func (o *Ocorrencia) despacho(id string) (int, bool) {
 	for i, d := range o.Despachos {
 		if d.ID == id {

@@ -86,7 +86,7 @@ func TestConsoleOcorrencias(t *testing.T) {
 	t.Run("the CAD's new ocorrência appears on the open list", func(t *testing.T) {
 		waitFor(t, 10*time.Second, "the new row", func() (bool, string) {
 			r := rowText(oc.ID)
-			return strings.Contains(r, "incendio") && strings.Contains(r, "Aberta") && strings.Contains(r, "CAD Bombeiros"), r
+			return strings.Contains(r, "Incêndio") && strings.Contains(r, "Aberta") && strings.Contains(r, "CAD Bombeiros"), r
 		})
 		stillSamePage(t)
 		screenshot(t, list, "ocorrencias")
@@ -95,7 +95,7 @@ func TestConsoleOcorrencias(t *testing.T) {
 	t.Run("the operador dispatches UR-12 and marks its arrival", func(t *testing.T) {
 		do(t, ctx, "open the ocorrência", chromedp.Navigate(base+"/ocorrencias"), chromedp.WaitVisible(css(`tr[data-id="`+oc.ID+`"] a`)),
 			chromedp.Click(css(`tr[data-id="`+oc.ID+`"] a`)), chromedp.WaitVisible(css(`main input[name=recurso]`)))
-		if h := text(t, ctx, `main h1`); !strings.Contains(h, "incendio") || !strings.Contains(h, "Aberta") {
+		if h := text(t, ctx, `main h1`); !strings.Contains(h, "Incêndio") || !strings.Contains(h, "Aberta") {
 			t.Fatalf("heading %q", h)
 		}
 		do(t, ctx, "dispatch", chromedp.SendKeys(css(`main input[name=recurso]`), "UR-12"),

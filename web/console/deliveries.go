@@ -442,4 +442,11 @@ func attemptsNote(l listQuery) string {
 
 func canAct(p page) bool { return allowed(p.S, app.Operators) }
 
-func durationMS(ms int64) string { return num(ms) + " ms" }
+// durationMS is a duration for people: milliseconds under a second, else
+// seconds with one decimal and a decimal comma ("5,0 s").
+func durationMS(ms int64) string {
+	if ms < 1000 {
+		return num(ms) + " ms"
+	}
+	return strings.Replace(strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64), ".", ",", 1) + " s"
+}

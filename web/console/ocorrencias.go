@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/a-h/templ"
 	"github.com/google/uuid"
@@ -276,7 +278,7 @@ func (c *Console) showOcorrencia(w http.ResponseWriter, r *http.Request, status 
 			v.Logins[op.ID] = op.Login
 		}
 	}
-	c.render(w, r, status, ocorrenciaDetailPage(c.page(r, "Ocorrência "+o.Natureza, "ocorrencias"), v))
+	c.render(w, r, status, ocorrenciaDetailPage(c.page(r, naturezaLabel(o.Natureza), "ocorrencias"), v))
 }
 
 // actor says who caused an event, naming a console account by its login
@@ -364,6 +366,26 @@ func (c *Console) done(w http.ResponseWriter, r *http.Request, o ocorrencia.Ocor
 		msg += " (formulário enviado de novo: o comando foi executado uma vez só)"
 	}
 	c.redirectWarning(w, r, "/ocorrencias/"+url.PathEscape(o.ID), msg, c.notReceiving(o.Originador()))
+}
+
+// naturezas are the natureza codes the CAD systems send, in words.
+var naturezas = map[string]string{
+	"incendio": "Incêndio", "acidente_transito": "Acidente de trânsito", "resgate": "Resgate",
+	"atendimento_medico": "Atendimento médico", "alagamento": "Alagamento", "queda_arvore": "Queda de árvore",
+	"vazamento_gas": "Vazamento de gás", "desabamento": "Desabamento", "deslizamento": "Deslizamento",
+}
+
+// naturezaLabel is a natureza in words: a known code by its name, another
+// with its underscores as spaces and a capital first letter.
+func naturezaLabel(code string) string {
+	if l, ok := naturezas[code]; ok {
+		return l
+	}
+	words := strings.ReplaceAll(code, "_", " ")
+	if r, size := utf8.DecodeRuneInString(words); r != utf8.RuneError {
+		return string(unicode.ToUpper(r)) + words[size:]
+	}
+	return words
 }
 
 // cadReceipt says whether the CAD got an event: delivered, waiting (with
