@@ -205,3 +205,64 @@ func TestConsoleTouchTargetsOnAPhone(t *testing.T) {
 		t.Errorf("Cancelar despacho is %.0f px from Chegou ao local at 390 px, want 12 or more", gap)
 	}
 }
+
+// TestLiveListsHoldStillUnderThePointer: while the pointer is over the live
+// /ocorrencias list, a new ocorrência does not move the rows (the list says
+// it is paused); once the pointer leaves, it appears.
+func TestLiveListsHoldStillUnderThePointer(t *testing.T) {
+	ctx := browser(t)
+	m, dir, stop := runMain(t)
+	t.Cleanup(func() { stop() })
+	base := "http://" + m.Addr
+	var out bytes.Buffer
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
+		t.Fatal(err)
+	}
+	senha := lastLine(out.String())
+	admin := mainToken(t, dir, app.PapelAdmin, "montagem")
+	client := &http.Client{Timeout: 10 * time.Second}
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer cad.Close()
+	var in app.CreatedIntegrator
+	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD PM","callback_url":"`+
+		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
+	register := func(natureza string) string {
+		t.Helper()
+		status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"`+natureza+`"}`)
+		if err != nil || status != http.StatusCreated {
+			t.Fatalf("register: %v %d %s", err, status, body)
+		}
+		var oc struct{ ID string }
+		json.Unmarshal(body, &oc)
+		return oc.ID
+	}
+	first := register("resgate")
+	register("alagamento")
+
+	login(t, ctx, base, "admin", senha)
+	do(t, ctx, "open the list", chromedp.Navigate(base+"/ocorrencias"), chromedp.WaitVisible(css(`tr[data-id="`+first+`"]`)))
+	waitText(t, ctx, `[data-tail-status]`, "ao vivo")
+	type point struct{ X, Y float64 }
+	p := get(t, ctx, "the first row", chromedp.Evaluate[point](`(() => {
+		const r = document.querySelector("tbody tr[data-id]").getBoundingClientRect();
+		return {x: r.left + 20, y: r.top + r.height / 2};
+	})()`))
+	top := func() string {
+		return get(t, ctx, "the top row", chromedp.Evaluate[string](`document.querySelector("tbody tr[data-id]").dataset.id`))
+	}
+	before := top()
+	do(t, ctx, "point at the first row", chromedp.MouseEvent("mouseMoved", p.X, p.Y))
+	third := register("incendio")
+	waitText(t, ctx, `[data-tail-status]`, "pausado")
+	if n := count(t, ctx, `tr[data-id="`+third+`"]`); n != 0 || top() != before {
+		t.Fatal("the list moved under the pointer")
+	}
+	do(t, ctx, "move away", chromedp.MouseEvent("mouseMoved", 5, 5))
+	waitFor(t, 10*time.Second, "the new row once the pointer left", func() (bool, string) {
+		n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('tr[data-id="`+third+`"]').length`))
+		return n == 1, ""
+	})
+}

@@ -76,7 +76,21 @@ class Tail {
     this.queue = [];
     this.wait = 500;
     if (this.pauseBtn) this.pauseBtn.addEventListener("click", () => this.togglePause());
+    // The rows hold still under the pointer: new ones wait until it leaves.
+    this.body.addEventListener("mouseleave", () => {
+      if (!this.paused) this.flush();
+    });
     this.connect();
+  }
+
+  held() {
+    return this.paused || this.body.matches(":hover");
+  }
+
+  flush() {
+    this.queue.forEach((h) => this.add(h));
+    this.queue = [];
+    if (this.ws?.readyState === WebSocket.OPEN) this.show("ao vivo", "ao-vivo");
   }
 
   url() {
@@ -98,10 +112,11 @@ class Tail {
       const msg = JSON.parse(m.data);
       if (BigInt(msg.seq) <= BigInt(this.last)) return;
       this.last = msg.seq;
-      if (this.paused) {
+      if (this.held()) {
         // Only the newest rows can be shown anyway.
         this.queue.push(msg.html);
         if (this.queue.length > this.max) this.queue.shift();
+        if (!this.paused) this.show("pausado enquanto o ponteiro está sobre a lista", "pausado");
       } else {
         this.add(msg.html);
       }
@@ -138,10 +153,7 @@ class Tail {
   togglePause() {
     this.paused = !this.paused;
     this.pauseBtn.textContent = this.paused ? "Retomar" : "Pausar";
-    if (!this.paused) {
-      this.queue.forEach((h) => this.add(h));
-      this.queue = [];
-    }
+    if (!this.paused) this.flush();
   }
 
   show(text, cls) {
@@ -161,7 +173,20 @@ class Vivo {
     this.el = el;
     this.status = el.querySelector("[data-tail-status]");
     this.wait = 500;
+    // The list holds still under the pointer, so a click lands on the row
+    // that was aimed at: changes wait until it leaves.
+    this.pending = new Map();
+    el.addEventListener("mouseleave", () => this.flush());
     this.connect();
+  }
+
+  flush() {
+    this.pending.forEach((html, name) => {
+      const part = this.el.querySelector(`[data-vivo-parte="${name}"]`);
+      if (part) this.replace(part, html);
+    });
+    if (this.pending.size > 0 && this.ws?.readyState === WebSocket.OPEN) this.show("ao vivo", "ao-vivo");
+    this.pending.clear();
   }
 
   connect() {
@@ -176,10 +201,13 @@ class Vivo {
     };
     ws.onmessage = (m) => {
       const partes = JSON.parse(m.data).partes || {};
+      const hovered = this.el.matches(":hover");
       Object.entries(partes).forEach(([name, html]) => {
+        if (hovered) return this.pending.set(name, html);
         const part = this.el.querySelector(`[data-vivo-parte="${name}"]`);
         if (part) this.replace(part, html);
       });
+      if (hovered) this.show("pausado enquanto o ponteiro está sobre a lista", "pausado");
     };
     ws.onclose = (e) => {
       if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
