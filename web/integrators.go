@@ -29,7 +29,9 @@ func (s *Server) listIntegrators(w http.ResponseWriter, r *http.Request) {
 		s.Fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"integradores": all})
+	// linhas, as every other list answers; integradores is the same list
+	// under its old key, kept for this release only (README, HTTP API).
+	writeJSON(w, http.StatusOK, map[string]any{"linhas": all, "integradores": all})
 }
 
 func (s *Server) getIntegrator(w http.ResponseWriter, r *http.Request) {

@@ -240,3 +240,15 @@ func TestOneTesterRunAtATimePerIntegrator(t *testing.T) {
 		t.Fatalf("the first run answered %d", got)
 	}
 }
+
+// GET /api/integradores answers linhas like every other list, and still
+// its old key for this release.
+func TestTheIntegratorListAnswersLinhas(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delCreateIntegrator(t, delNewReceiver(t, 204), "CAD Lista")
+	var got struct{ Linhas, Integradores []app.Integrator }
+	e.do(t, http.MethodGet, "/api/integradores", app.PapelLeitor, nil).want(t, http.StatusOK).decode(t, &got)
+	if len(got.Linhas) != 1 || len(got.Integradores) != 1 {
+		t.Fatalf("linhas %d, integradores %d", len(got.Linhas), len(got.Integradores))
+	}
+}

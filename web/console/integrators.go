@@ -253,13 +253,24 @@ func (c *Console) retryIntegratorNow(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	name := integratorName(c.integratorNames(ctx), id)
-	msg := fmt.Sprintf("Tentar agora: circuito de %s fechado; nenhuma entrega esperava nova tentativa.", name)
+	in, err := c.Integrators.Get(ctx, id)
+	if err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	// What it did, in the numbers the page shows: the circuit, the
+	// deliveries it brought forward, and the whole queue now on its way.
+	msg := fmt.Sprintf("Tentar agora: circuito de %s fechado", in.Nome)
 	switch {
 	case res.Antecipadas == 1:
-		msg = fmt.Sprintf("Tentar agora: circuito de %s fechado; 1 entrega que esperava nova tentativa sai agora.", name)
+		msg += "; 1 entrega que esperava nova tentativa foi antecipada"
 	case res.Antecipadas > 1:
-		msg = fmt.Sprintf("Tentar agora: circuito de %s fechado; %s entregas que esperavam nova tentativa saem agora, na ordem.", name, num(int64(res.Antecipadas)))
+		msg += "; " + num(int64(res.Antecipadas)) + " entregas que esperavam nova tentativa foram antecipadas"
+	}
+	if in.Saude != nil && in.Saude.Pendentes > 0 {
+		msg += "; " + plural(in.Saude.Pendentes, "entrega pendente sai agora", "entregas pendentes saem agora, na ordem de cada agregado") + "."
+	} else {
+		msg += "; nenhuma entrega pendente."
 	}
 	c.redirect(w, r, c.afterAction(r, "/integradores/"+id, before), msg)
 }
