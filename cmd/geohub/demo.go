@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,7 +61,10 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 		ln.Close()
 		return nil, err
 	}
-	log := d.logger.With("componente", "simulador")
+	// The simulator's play by play is debug: at info the server's own few
+	// warnings would drown in it. A line a minute says it is alive.
+	quiet := &quietLog{next: d.logger.Handler(), count: new(atomic.Int64)}
+	log := slog.New(quiet).With("componente", "simulador")
 	cad := simulator.New(simulator.Config{
 		BaseURL: d.geohub,
 		APIKey:  creds.APIKey,
@@ -92,6 +96,7 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 		}
 	})
 	wg.Go(func() { d.jornadas(ctx, fx) })
+	wg.Go(func() { quiet.summarize(ctx, d.logger, time.Minute) })
 	d.logger.Info("demo running: the CAD simulator sends commands and receives webhooks",
 		"integrador", creds.ID, "callback", callback)
 	return func() {
@@ -254,4 +259,54 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer dir.Close()
 	return dir.Sync()
+}
+
+// quietLog hands the simulator's records to next with info lowered to
+// debug, and counts them (with its derived loggers) for summarize.
+type quietLog struct {
+	next  slog.Handler
+	count *atomic.Int64
+}
+
+// Enabled is always true: what next drops is still counted.
+func (q *quietLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (q *quietLog) Handle(ctx context.Context, r slog.Record) error {
+	q.count.Add(1)
+	r.Level = demote(r.Level)
+	if !q.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return q.next.Handle(ctx, r)
+}
+
+func (q *quietLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &quietLog{next: q.next.WithAttrs(attrs), count: q.count}
+}
+
+func (q *quietLog) WithGroup(name string) slog.Handler {
+	return &quietLog{next: q.next.WithGroup(name), count: q.count}
+}
+
+func demote(l slog.Level) slog.Level {
+	if l == slog.LevelInfo {
+		return slog.LevelDebug
+	}
+	return l
+}
+
+// summarize logs, every interval, how many records the simulator wrote.
+func (q *quietLog) summarize(ctx context.Context, log *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := q.count.Swap(0); n > 0 {
+				log.Info("demo simulator at work (its lines are at debug level)", "registros", n, "intervalo", every)
+			}
+		}
+	}
 }

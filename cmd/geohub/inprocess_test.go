@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"geohub/app"
@@ -59,5 +61,21 @@ func TestServeBuildsTheEdgeTheKitsBuild(t *testing.T) {
 	}
 	if !e.Console.Insecure {
 		t.Fatal("--insecure-callbacks did not reach the console")
+	}
+}
+
+// The demo simulator's info lines go out at debug, and are counted for the
+// minute's summary; its warnings stay warnings.
+func TestTheDemoSimulatorLogsQuietly(t *testing.T) {
+	var buf bytes.Buffer
+	q := &quietLog{next: slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}), count: new(atomic.Int64)}
+	log := slog.New(q).With("componente", "simulador")
+	log.Info("dispatched", "recurso", "UR-1")
+	log.Warn("scenario failed")
+	if out := buf.String(); strings.Contains(out, "dispatched") || !strings.Contains(out, "scenario failed") {
+		t.Errorf("at info level the server logged:\n%s", out)
+	}
+	if n := q.count.Load(); n != 2 {
+		t.Errorf("%d records counted, want 2", n)
 	}
 }
