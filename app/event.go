@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -61,7 +62,27 @@ type Appended struct {
 	Deliveries  int // outbox rows enqueued with it
 }
 
-// EventFilter selects log records; zero values mean "no filter".
+// TypeFamily reads a type filter that is a family pattern ("jornada:*",
+// as the integrator form teaches): the types from lo (included) to hi
+// (excluded) are the family's. ok is false for an exact type.
+func TypeFamily(tipo string) (lo, hi string, ok bool) {
+	fam, found := strings.CutSuffix(tipo, ":*")
+	if !found || fam == "" || strings.Contains(fam, ":") {
+		return "", "", false
+	}
+	return fam + ":", fam + ";", true // ';' follows ':' in byte order
+}
+
+// TypeMatches says whether tipo passes the filter f (exact or family).
+func TypeMatches(f, tipo string) bool {
+	if lo, hi, ok := TypeFamily(f); ok {
+		return tipo >= lo && tipo < hi
+	}
+	return f == "" || f == tipo
+}
+
+// EventFilter selects log records; zero values mean "no filter". Tipo may
+// be a family pattern (TypeFamily).
 type EventFilter struct {
 	Tipo            string
 	Origem          string

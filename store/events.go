@@ -234,7 +234,10 @@ func eventWhere(f app.EventFilter) (string, []any) {
 		where = append(where, cond)
 		args = append(args, v)
 	}
-	if f.Tipo != "" {
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		add("tipo >= ?", lo)
+		add("tipo < ?", hi)
+	} else if f.Tipo != "" {
 		add("tipo = ?", f.Tipo)
 	}
 	if f.Origem != "" {

@@ -367,12 +367,22 @@ func (db *DB) NextDue(ctx context.Context, integrators []string, after time.Time
 func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Delivery, int, error) {
 	var where []string
 	var args []any
+	tipo := f.Tipo
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		where, args, tipo = append(where, "tipo >= ?", "tipo < ?"), append(args, lo, hi), ""
+	}
 	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
-		{"tipo", f.Tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
+		{"tipo", tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
 		if c.v != "" {
 			where = append(where, c.col+" = ?")
 			args = append(args, c.v)
 		}
+	}
+	if !f.CriadoInicio.IsZero() {
+		where, args = append(where, "criado_em >= ?"), append(args, ms(f.CriadoInicio))
+	}
+	if !f.CriadoFim.IsZero() {
+		where, args = append(where, "criado_em <= ?"), append(args, ms(f.CriadoFim))
 	}
 	if f.IDInicio > 0 {
 		where = append(where, "id >= ?")

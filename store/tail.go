@@ -33,7 +33,13 @@ func (db *DB) AttemptsAfter(ctx context.Context, after int64, f app.AttemptFilte
 	}
 	q := attemptsAfterSQL
 	args := []any{after, top}
-	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", f.Tipo}, {"o.agregado", f.Agregado}} {
+	tipo := f.Tipo
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		args = append(args, lo, hi)
+		q += fmt.Sprintf(" AND o.tipo >= ?%d AND o.tipo < ?%d", len(args)-1, len(args))
+		tipo = ""
+	}
+	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", tipo}, {"o.agregado", f.Agregado}} {
 		if c.v != "" {
 			args = append(args, c.v)
 			q += fmt.Sprintf(" AND %s = ?%d", c.col, len(args))

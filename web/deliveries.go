@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"geohub/app"
 )
@@ -10,7 +11,7 @@ import (
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if err := knownParams(q, "integrador", "status", "tipo", "agregado", "event_id", "id_inicio", "id_fim", "ordem",
-		"limite", "deslocamento"); err != nil {
+		"limite", "deslocamento", "criado_inicio", "criado_fim"); err != nil {
 		s.Fail(w, r, err)
 		return
 	}
@@ -22,6 +23,15 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	f.IDInicio = nonNegative(q, "id_inicio", &bad)
 	f.IDFim = nonNegative(q, "id_fim", &bad)
 	f.Desc = descending(q, &bad)
+	for name, t := range map[string]*time.Time{"criado_inicio": &f.CriadoInicio, "criado_fim": &f.CriadoFim} {
+		if v := q.Get(name); v != "" {
+			at, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				bad = append(bad, app.Detail{Caminho: "/" + name, Mensagem: "deve ser uma data e hora RFC 3339"})
+			}
+			*t = at
+		}
+	}
 	if len(bad) > 0 {
 		s.Fail(w, r, &app.Error{Code: app.EInvalid, Message: "filtro inválido", Details: bad})
 		return

@@ -322,7 +322,10 @@ func eventWhere(f app.EventFilter) (string, []any) {
 		args = append(args, v)
 		where = append(where, cond+" $"+strconv.Itoa(len(args)))
 	}
-	if f.Tipo != "" {
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		add("tipo >=", lo)
+		add("tipo <", hi)
+	} else if f.Tipo != "" {
 		add("tipo =", f.Tipo)
 	}
 	if f.Origem != "" {

@@ -518,11 +518,23 @@ func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Deliv
 		args = append(args, v)
 		where = append(where, cond+" $"+strconv.Itoa(len(args)))
 	}
+	tipo := f.Tipo
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		add("tipo >=", lo)
+		add("tipo <", hi)
+		tipo = ""
+	}
 	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
-		{"tipo", f.Tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
+		{"tipo", tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
 		if c.v != "" {
 			add(c.col+" =", c.v)
 		}
+	}
+	if !f.CriadoInicio.IsZero() {
+		add("criado_em >=", ms(f.CriadoInicio))
+	}
+	if !f.CriadoFim.IsZero() {
+		add("criado_em <=", ms(f.CriadoFim))
 	}
 	if f.IDInicio > 0 {
 		add("id >=", f.IDInicio)
@@ -757,7 +769,13 @@ func (db *DB) AttemptsAfter(ctx context.Context, after int64, f app.AttemptFilte
 	}
 	q := attemptsAfterSQL
 	args := []any{after, top}
-	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", f.Tipo}, {"o.agregado", f.Agregado}} {
+	tipo := f.Tipo
+	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
+		args = append(args, lo, hi)
+		q += fmt.Sprintf(" AND o.tipo >= $%d AND o.tipo < $%d", len(args)-1, len(args))
+		tipo = ""
+	}
+	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", tipo}, {"o.agregado", f.Agregado}} {
 		if c.v != "" {
 			args = append(args, c.v)
 			q += fmt.Sprintf(" AND %s = $%d", c.col, len(args))

@@ -78,6 +78,9 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 	for _, k := range []string{"inicio", "fim"} {
 		if v := l.V(k); v != "" {
 			t, ok := parsePeriod(v)
+			if k == "fim" {
+				t, ok = periodEnd(v) // [início, fim): the minute typed is in
+			}
 			switch {
 			case !ok:
 				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"

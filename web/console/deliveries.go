@@ -8,13 +8,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
 	"geohub/app"
 )
 
-var deliveryFields = []string{"status", "integrador", "tipo", "agregado", "event_id"}
+var deliveryFields = []string{"status", "integrador", "tipo", "agregado", "event_id", "criado_inicio", "criado_fim"}
 
 // The words operators use for delivery statuses.
 var deliveryStatuses = []struct{ Value, Label string }{
@@ -43,6 +44,23 @@ func deliveryQuery(r *http.Request) (listQuery, app.DeliveryFilter) {
 	f := app.DeliveryFilter{Status: l.V("status"), Integrador: l.V("integrador"), Tipo: l.V("tipo"), Agregado: l.V("agregado")}
 	if f.Status != "" && !slices.ContainsFunc(deliveryStatuses, func(s struct{ Value, Label string }) bool { return s.Value == f.Status }) {
 		l.Errors["status"] = "escolha uma situação da lista"
+	}
+	if v := l.V("criado_inicio"); v != "" {
+		if t, ok := parsePeriod(v); ok {
+			f.CriadoInicio = t
+		} else {
+			l.Errors["criado_inicio"] = "use dia e hora, como 2026-11-30T14:00"
+		}
+	}
+	if v := l.V("criado_fim"); v != "" {
+		if t, ok := periodEnd(v); ok {
+			f.CriadoFim = t.Add(-time.Millisecond) // both ends included: the minute typed is in
+		} else {
+			l.Errors["criado_fim"] = "use dia e hora, como 2026-11-30T14:00"
+		}
+	}
+	if !f.CriadoInicio.IsZero() && !f.CriadoFim.IsZero() && f.CriadoFim.Before(f.CriadoInicio) {
+		l.Errors["criado_fim"] = "deve ser depois do início"
 	}
 	if v := l.V("event_id"); v != "" {
 		id, err := uuid.Parse(v)

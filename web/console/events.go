@@ -215,7 +215,13 @@ func eventQuery(r *http.Request) (l listQuery, f app.EventFilter, eventID string
 	}
 	for k, t := range map[string]*time.Time{"timestamp_inicio": &f.TimestampInicio, "timestamp_fim": &f.TimestampFim} {
 		if v := l.V(k); v != "" {
-			if at, ok := parsePeriod(v); ok {
+			at, ok := parsePeriod(v)
+			if k == "timestamp_fim" {
+				// Both ends included, to the millisecond: the minute typed is in.
+				at, ok = periodEnd(v)
+				at = at.Add(-time.Millisecond)
+			}
+			if ok {
 				*t = at
 			} else {
 				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
@@ -230,7 +236,7 @@ func eventQuery(r *http.Request) (l listQuery, f app.EventFilter, eventID string
 
 // matches applies the filters the tail does not hand to the store.
 func matches(f app.EventFilter, eventID string, ev app.Event) bool {
-	return (f.Tipo == "" || ev.Tipo == f.Tipo) && (f.Origem == "" || ev.Origem == f.Origem) &&
+	return app.TypeMatches(f.Tipo, ev.Tipo) && (f.Origem == "" || ev.Origem == f.Origem) &&
 		(f.Agregado == "" || ev.Agregado == f.Agregado) && (f.CorrelacaoID == "" || ev.CorrelacaoID == f.CorrelacaoID) &&
 		(eventID == "" || ev.EventID == eventID) &&
 		(f.TimestampInicio.IsZero() || !ev.Timestamp.Before(f.TimestampInicio)) &&

@@ -53,7 +53,7 @@ func eventsPage(p page, v eventsView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" placeholder=\"todos\" size=\"24\"></label> <datalist id=\"tipos-registrados\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" placeholder=\"todos, ou jornada:*\" size=\"24\"></label> <datalist id=\"tipos-registrados\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

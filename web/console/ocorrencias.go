@@ -68,6 +68,22 @@ func parsePeriod(v string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// periodEnd reads the end of a period as typed, and returns the first
+// instant after what it names: "até 14:41" includes 14:41:59, "até
+// 30/11" the whole day. A full RFC 3339 time names one millisecond.
+func periodEnd(v string) (time.Time, bool) {
+	for layout, unit := range map[string]time.Duration{"2006-01-02T15:04": time.Minute,
+		"2006-01-02T15:04:05": time.Second, "2006-01-02": 24 * time.Hour} {
+		if t, err := time.ParseInLocation(layout, v, brt); err == nil {
+			return t.Add(unit), true
+		}
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t.Add(time.Millisecond), true
+	}
+	return time.Time{}, false
+}
+
 // ocorrenciaQuery reads the list's filters and cursor; the live socket
 // reads the same ones, so it shows the page's own window.
 func ocorrenciaQuery(r *http.Request) (listQuery, ocorrencia.Filter) {
@@ -76,6 +92,9 @@ func ocorrenciaQuery(r *http.Request) (listQuery, ocorrencia.Filter) {
 	for _, k := range []string{"registrada_inicio", "registrada_fim"} {
 		if v := l.V(k); v != "" {
 			t, ok := parsePeriod(v)
+			if k == "registrada_fim" {
+				t, ok = periodEnd(v) // [início, fim): the minute typed is in
+			}
 			if !ok {
 				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
 			} else if k == "registrada_inicio" {
