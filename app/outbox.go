@@ -144,12 +144,12 @@ type Quota struct {
 // DeliveryFilter selects deliveries for GET /api/entregas.
 type DeliveryFilter struct {
 	Integrador, Status, Tipo, Agregado, EventID string // Tipo may be a family pattern (TypeFamily)
-	IDInicio, IDFim                             int64 // an id range, both ends included
+	IDInicio, IDFim                             int64  // an id range, both ends included
 	// CriadoInicio and CriadoFim bound when the rows were enqueued, both
 	// ends included; zero is no bound.
 	CriadoInicio, CriadoFim time.Time
-	Desc                                        bool  // newest first
-	Limite, Deslocamento                        int
+	Desc                    bool // newest first
+	Limite, Deslocamento    int
 }
 
 // OutboxStore keeps deliveries.
