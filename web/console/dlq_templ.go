@@ -38,7 +38,7 @@ func dlqPage(p page, v dlqView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>DLQ dos consumidores internos</h1><p class=\"sutil\">Eventos que um consumidor interno (colônia) não conseguiu processar. Cada colônia segura só os próprios eventos; as outras seguem em dia.</p></div></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Falhas internas: eventos que um consumidor não processou</h1><p class=\"sutil\">Eventos que um consumidor interno (colônia) não conseguiu processar. Cada colônia segura só os próprios eventos; as outras seguem em dia.</p></div></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

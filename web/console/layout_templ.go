@@ -21,7 +21,7 @@ var nav = []navItem{
 	{"ocorrencias", "Ocorrências", "/ocorrencias"},
 	{"eventos", "Eventos", "/eventos"},
 	{"entregas", "Entregas", "/entregas"},
-	{"dlq", "DLQ", "/dlq"},
+	{"dlq", "Falhas internas", "/dlq"},
 	{"integradores", "Integradores", "/integradores"},
 	{"registro", "Registro", "/registro"},
 }

@@ -1223,15 +1223,15 @@ func ocorrenciaDetailPage(p page, v ocorrenciaView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var59 string
-			templ_7745c5c3_Var59, templ_7745c5c3_Err = templ.JoinStringErrs(num(int64(v.O.Versao)))
+			templ_7745c5c3_Var59, templ_7745c5c3_Err = templ.JoinStringErrs(plural(v.O.Versao, "evento aplicado", "eventos aplicados"))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/ocorrencias.templ`, Line: 235, Col: 33}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/ocorrencias.templ`, Line: 235, Col: 69}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var59))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 111, " <span class=\"sutil\">eventos aplicados</span></dd></dl><p class=\"sutil espaco\">O Geohub guarda só o necessário (LGPD): descrição e endereço não ficam no log, e o local fica arredondado.</p></section><section class=\"cartao\"><h2>Despachar recurso</h2>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 111, "</dd></dl><p class=\"sutil espaco\">O Geohub guarda só o necessário (LGPD): descrição e endereço não ficam no log, e o local fica arredondado.</p></section><section class=\"cartao\"><h2>Despachar recurso</h2>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -40,7 +40,7 @@ func operatorsPage(p page, ops []app.Operator, f form) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Operadores</h1><p class=\"sutil\">Contas de acesso a este console. Cada pessoa deve ter a sua.</p></div></div><div class=\"grade grade-operadores\"><section class=\"cartao\"><h2>Contas</h2><div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th>Login</th><th>Papel</th><th>Criado em</th><th>Situação</th><th></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Operadores</h1><p class=\"sutil\">Contas de acesso a este console. Cada pessoa deve ter a sua.</p></div></div><div class=\"grade grade-operadores\"><section class=\"cartao\"><h2>Contas</h2><div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th>Usuário</th><th>Papel</th><th>Criado em</th><th>Situação</th><th></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -209,7 +209,7 @@ func operatorsPage(p page, ops []app.Operator, f form) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<label>Login <span class=\"dica\">3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado.</span> <input name=\"login\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<label>Usuário <span class=\"dica\">3 a 40 caracteres: letras minúsculas, números, ponto, hífen ou sublinhado.</span> <input name=\"login\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
