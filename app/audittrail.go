@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -175,7 +176,17 @@ type AuditFilter struct {
 	Inicio, Fim      time.Time // em in [Inicio, Fim); zero = open
 	Antes            int64     // rows older than this id; 0 = from the newest
 	Limite           int
+	// SemAcoes leaves out these actions; SemIntegradores leaves out what
+	// the integrators' keys did (their commands, at a CAD's pace).
+	SemAcoes        []string
+	SemIntegradores bool
 }
+
+// AdminOnlyActions are the rows of the trail only an admin reads: people's
+// accounts, sign-ins and the API's tokens. An operador reads the rest.
+var AdminOnlyActions = []string{AcaoLogin, AcaoLoginFalhou, AcaoLogout, AcaoOperadorCriar, AcaoOperadorAtivar,
+	AcaoOperadorDesativar, AcaoOperadorPapelAlterar, AcaoOperadorSenhaRedefinir, AcaoOperadorSenhaTrocar,
+	AcaoTokenCriar, AcaoTokenRevogar}
 
 // AuditStore keeps the trail (implemented by package store).
 type AuditStore interface {
@@ -208,6 +219,18 @@ type AuditTrail struct {
 	Now   func() time.Time
 
 	refusals refusalLimiter
+}
+
+// ListFor answers a page of the trail as papel may read it: an admin all
+// of it, anyone else without AdminOnlyActions.
+func (t *AuditTrail) ListFor(ctx context.Context, papel Papel, quem string, f AuditFilter) (AuditPage, error) {
+	if papel != PapelAdmin {
+		f.SemAcoes = AdminOnlyActions
+		if slices.Contains(AdminOnlyActions, f.Acao) {
+			return AuditPage{Limite: f.Limite}, nil
+		}
+	}
+	return t.List(ctx, quem, f)
 }
 
 // List answers a page of the trail. quem is an id or a name: ids are UUIDs

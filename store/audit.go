@@ -84,6 +84,12 @@ func (db *DB) AuditEntries(ctx context.Context, f app.AuditFilter) ([]app.AuditE
 	if f.Alvo != "" {
 		add("alvo_id = ?", f.Alvo)
 	}
+	if len(f.SemAcoes) > 0 {
+		add("acao NOT IN ("+strings.Repeat("?, ", len(f.SemAcoes)-1)+"?)", toAny(f.SemAcoes)...)
+	}
+	if f.SemIntegradores {
+		add("quem_tipo <> ?", app.ActorIntegrador)
+	}
 	if !f.Inicio.IsZero() {
 		add(auditFromSQL, ms(f.Inicio), int64(math.MaxInt64))
 	}
@@ -120,4 +126,12 @@ func (db *DB) AuditEntries(ctx context.Context, f app.AuditFilter) ([]app.AuditE
 		out = append(out, e)
 	}
 	return out, false, rows.Err()
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

@@ -62,6 +62,12 @@ func (db *DB) AuditEntries(ctx context.Context, f app.AuditFilter) ([]app.AuditE
 	if f.Alvo != "" {
 		where = append(where, "alvo_id = "+arg(f.Alvo))
 	}
+	if len(f.SemAcoes) > 0 {
+		where = append(where, "NOT (acao = ANY("+arg(f.SemAcoes)+"))")
+	}
+	if f.SemIntegradores {
+		where = append(where, "quem_tipo <> "+arg(app.ActorIntegrador))
+	}
 	if !f.Inicio.IsZero() {
 		where = append(where, fmt.Sprintf(auditFromSQL, arg(ms(f.Inicio)), arg(int64(math.MaxInt64))))
 	}

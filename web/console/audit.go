@@ -14,7 +14,7 @@ import (
 )
 
 // auditFields are the /auditoria filters, in display order.
-var auditFields = []string{"quem", "acao", "alvo", "inicio", "fim"}
+var auditFields = []string{"quem", "acao", "alvo", "inicio", "fim", "sem_cads"}
 
 // auditLabels say each action in words; the code stays in the title.
 var auditLabels = map[string]string{
@@ -71,7 +71,7 @@ type auditView struct {
 
 func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 	l := parseList(r, auditFields...)
-	f := app.AuditFilter{Acao: l.V("acao"), Alvo: l.V("alvo"), Limite: l.Limite}
+	f := app.AuditFilter{Acao: l.V("acao"), Alvo: l.V("alvo"), Limite: l.Limite, SemIntegradores: l.V("sem_cads") != ""}
 	if f.Acao != "" && !slices.Contains(app.AuditActions, f.Acao) {
 		l.Errors["acao"] = "escolha uma ação da lista"
 	}
@@ -105,7 +105,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusUnprocessableEntity, auditPage(p, v))
 		return
 	}
-	pg, err := c.Audit.List(r.Context(), l.V("quem"), f)
+	pg, err := c.Audit.ListFor(r.Context(), sessionOf(r).op.Papel, l.V("quem"), f)
 	if err != nil {
 		if app.ErrorCode(err) != app.EInvalid {
 			c.Fail(w, r, err)

@@ -168,7 +168,8 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /operadores/{id}/ativo", c.authed(app.Admins, c.setOperatorActive))
 	mux.Handle("POST /operadores/{id}/senha", c.authed(app.Admins, c.resetOperatorPassword))
 	mux.Handle("POST /operadores/{id}/papel", c.authed(app.Admins, c.setOperatorRole))
-	mux.Handle("GET /auditoria", c.authed(app.Admins, c.heavy(c.auditPage)))
+	// An operador reads it too, without accounts, sign-ins and tokens.
+	mux.Handle("GET /auditoria", c.authed(app.Operators, c.heavy(c.auditPage)))
 	c.portalRoutes(mux)
 	return securityHeaders(c.sameOrigin(c.unrouted(mux)))
 }

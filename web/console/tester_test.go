@@ -75,3 +75,45 @@ func TestTheIntegratorPageSaysWhenItsSecretPredatesStandardWebhooks(t *testing.T
 		t.Error("a notice for a library-ready secret")
 	}
 }
+
+// An operador reads the audit trail without the admin's rows (accounts,
+// sign-ins, tokens), and can leave out what the CADs' keys did.
+func TestAnOperadorReadsTheAuditTrail(t *testing.T) {
+	b := newTailBench(t)
+	ctx := context.Background()
+	created, err := b.integrators.Create(app.WithActor(ctx, app.Actor{Tipo: app.ActorOperador, ID: "montagem", Nome: "montagem"}),
+		app.NewIntegrator{Nome: "CAD Auditado", CallbackURL: "http://127.0.0.1:1/eventos", HostsPermitidos: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The CAD's key rotates its own secret: a row by an integrator.
+	if _, err := b.integrators.RotateSecret(app.WithActor(ctx, app.Actor{Tipo: app.ActorIntegrador, ID: created.ID, Nome: "CAD Auditado"}),
+		created.ID); err != nil {
+		t.Fatal(err)
+	}
+	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
+	createOperator(t, b.srv, admin, csrf, "plantonista", "operador", "senha-do-plantao")
+	op, _ := loginAs(t, b, "plantonista", "senha-do-plantao")
+
+	res, page := get(t, op, b.srv.URL+"/auditoria")
+	row := func(acao string) string { return `data-acao="` + acao + `"` }
+	if res.StatusCode != http.StatusOK || !strings.Contains(page, row(app.AcaoIntegradorSegredoRotacionar)) ||
+		!strings.Contains(page, row(app.AcaoIntegradorCriar)) {
+		t.Fatalf("the operador's audit page: %d %s", res.StatusCode, page)
+	}
+	for _, acao := range []string{app.AcaoLogin, app.AcaoOperadorCriar} {
+		if strings.Contains(page, row(acao)) {
+			t.Errorf("an operador sees %s rows", acao)
+		}
+	}
+	if _, page := get(t, op, b.srv.URL+"/auditoria?acao="+app.AcaoOperadorCriar); strings.Contains(page, row(app.AcaoOperadorCriar)) {
+		t.Error("an operador reads the account rows by asking for them")
+	}
+	if _, page := get(t, op, b.srv.URL+"/auditoria?sem_cads=1"); strings.Contains(page, row(app.AcaoIntegradorSegredoRotacionar)) ||
+		!strings.Contains(page, row(app.AcaoIntegradorCriar)) {
+		t.Error("sem_cads still shows what the CAD's key did")
+	}
+	if _, page := get(t, admin, b.srv.URL+"/auditoria"); !strings.Contains(page, row(app.AcaoOperadorCriar)) {
+		t.Error("the admin does not see the account rows")
+	}
+}
