@@ -10,7 +10,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -363,6 +365,10 @@ func (c *Console) page(r *http.Request, title, active string) page {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, comp templ.Component) {
+	if _, err := r.Cookie(flashCookie); err == nil {
+		// Shown on this page, once.
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
@@ -408,26 +414,32 @@ func retryAfter(w http.ResponseWriter, err error) {
 }
 
 // redirect answers a successful form with a page that says what happened.
-// The message travels in the URL with its HMAC (okh), so a link crafted
-// elsewhere cannot put a green "system" message on the console.
 func (c *Console) redirect(w http.ResponseWriter, r *http.Request, to, ok string) {
 	c.redirectWarning(w, r, to, ok, "")
+}
+
+// flashCookie carries a form's confirmation (and warning) to the page the
+// form redirects to, which shows it once and clears it: not in the URL,
+// where a reload or a shared link would show it again. Its MAC keeps a
+// sibling site from planting a "system" message.
+const flashCookie = "geohub_aviso"
+
+// flashNote is what the flash cookie carries.
+type flashNote struct {
+	OK      string `json:"ok,omitempty"`
+	Warning string `json:"aviso,omitempty"`
 }
 
 // redirectWarning is redirect with a warning beside the confirmation: what
 // was done, and what the operator must know about it (shown apart, not in
 // green).
 func (c *Console) redirectWarning(w http.ResponseWriter, r *http.Request, to, ok, warning string) {
-	sep := "?"
-	if strings.Contains(to, "?") {
-		sep = "&"
-	}
-	if ok != "" {
-		to += sep + "ok=" + url.QueryEscape(ok) + "&okh=" + c.flashMAC(ok)
-		sep = "&"
-	}
-	if warning != "" {
-		to += sep + "aviso=" + url.QueryEscape(warning) + "&avh=" + c.flashMAC("aviso\x00"+warning)
+	if ok != "" || warning != "" {
+		payload, _ := json.Marshal(flashNote{OK: ok, Warning: warning})
+		value := base64.RawURLEncoding.EncodeToString(payload)
+		_, https := c.TrustedProxies.Client(r)
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: value + "." + c.flashMAC(value), Path: "/",
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: https, MaxAge: 60})
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
@@ -438,25 +450,29 @@ func (c *Console) flashMAC(msg string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// warning returns the request's warning if the console wrote it.
-func (c *Console) warning(r *http.Request) string {
-	q := r.URL.Query()
-	msg := q.Get("aviso")
-	if msg == "" || !hmac.Equal([]byte(q.Get("avh")), []byte(c.flashMAC("aviso\x00"+msg))) {
-		return ""
+// note reads the request's flash cookie, if the console wrote it.
+func (c *Console) note(r *http.Request) flashNote {
+	ck, err := r.Cookie(flashCookie)
+	if err != nil {
+		return flashNote{}
 	}
-	return msg
+	value, mac, ok := strings.Cut(ck.Value, ".")
+	if !ok || !hmac.Equal([]byte(mac), []byte(c.flashMAC(value))) {
+		return flashNote{}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(value)
+	var n flashNote
+	if err != nil || json.Unmarshal(raw, &n) != nil {
+		return flashNote{}
+	}
+	return n
 }
 
+// warning returns the request's warning if the console wrote it.
+func (c *Console) warning(r *http.Request) string { return c.note(r).Warning }
+
 // flash returns the request's confirmation message if the console wrote it.
-func (c *Console) flash(r *http.Request) string {
-	q := r.URL.Query()
-	msg := q.Get("ok")
-	if msg == "" || !hmac.Equal([]byte(q.Get("okh")), []byte(c.flashMAC(msg))) {
-		return ""
-	}
-	return msg
-}
+func (c *Console) flash(r *http.Request) string { return c.note(r).OK }
 
 // form carries what was typed and the findings per field, so an invalid
 // form comes back with the error beside each field and nothing retyped.

@@ -73,8 +73,8 @@ func TestAPurgedDeadLetterSaysItCanNoLongerBeResent(t *testing.T) {
 		t.Fatalf("a resend of the purged dead letter: %d %s", res.StatusCode, body)
 	}
 	res, _ = post(t, admin, b.srv.URL+"/entregas/reenviar", url.Values{"csrf": {csrf}, "integrador": {created.ID}})
-	msg, _ := url.QueryUnescape(res.Header.Get("Location"))
-	if res.StatusCode != http.StatusSeeOther || !strings.Contains(msg, "1 entrega com falha para CAD Defesa Civil reenviada.") ||
+	msg := flashOf(t, admin, b.srv.URL, res)
+	if !strings.Contains(msg, "1 entrega com falha para CAD Defesa Civil reenviada.") ||
 		!strings.Contains(msg, "1 outra não pode mais ser reenviada: o corpo dela já foi expurgado") {
 		t.Fatalf("bulk resend: %d %s", res.StatusCode, msg)
 	}

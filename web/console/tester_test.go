@@ -117,3 +117,25 @@ func TestAnOperadorReadsTheAuditTrail(t *testing.T) {
 		t.Error("the admin does not see the account rows")
 	}
 }
+
+// A form's confirmation is not in the URL: the page it leads to shows it
+// once, and a reload does not.
+func TestAConfirmationIsShownOnceAndNotInTheURL(t *testing.T) {
+	b := newTailBench(t)
+	created, err := b.integrators.Create(context.Background(), app.NewIntegrator{Nome: "CAD Flash",
+		CallbackURL: "http://127.0.0.1:1/eventos", HostsPermitidos: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
+	res, _ := post(t, admin, b.srv.URL+"/integradores/"+created.ID+"/tentar-agora", url.Values{"csrf": {csrf}})
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusSeeOther || strings.Contains(loc, "Tentar") || strings.Contains(loc, "ok=") {
+		t.Fatalf("the redirect: %d %s", res.StatusCode, loc)
+	}
+	if msg := flashOf(t, admin, b.srv.URL, res); !strings.Contains(msg, "circuito de CAD Flash fechado") {
+		t.Fatalf("the confirmation: %q", msg)
+	}
+	if _, page := get(t, admin, b.srv.URL+res.Header.Get("Location")); strings.Contains(page, "circuito de CAD Flash fechado") {
+		t.Error("a reload shows the confirmation again")
+	}
+}
