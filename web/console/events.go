@@ -435,7 +435,7 @@ func (c *Console) typeNames() []string {
 	return out
 }
 
-// integratorNames maps integrator ids to names: ids are UUIDs, which say
+// integratorNames maps integrator and operator ids to names: ids are UUIDs, which say
 // nothing to an operator.
 func (c *Console) integratorNames(ctx context.Context) map[string]string {
 	names := map[string]string{}
@@ -445,6 +445,15 @@ func (c *Console) integratorNames(ctx context.Context) map[string]string {
 	}
 	for _, in := range all {
 		names[in.ID] = in.Nome
+	}
+	// And the console's accounts by login, for events a person caused:
+	// ids are UUIDs on both sides, so one map names either.
+	ops, err := c.Sessions.Operators(ctx)
+	if err != nil {
+		c.Logger.Warn("list operators for names", "err", err)
+	}
+	for _, op := range ops {
+		names[op.ID] = op.Login
 	}
 	return names
 }
@@ -468,7 +477,7 @@ func autoria(a *app.Autoria, names map[string]string) string {
 	if label == "" {
 		label = a.Tipo
 	}
-	if a.Tipo == "integrador" {
+	if a.Tipo == "integrador" || a.Tipo == "usuario" {
 		return label + " " + integratorName(names, a.ID)
 	}
 	return label + " " + a.ID

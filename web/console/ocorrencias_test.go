@@ -217,6 +217,10 @@ func TestConsoleOcorrenciasOperadorActs(t *testing.T) {
 	if !strings.Contains(page, "Ocorrência registrada") || !strings.Contains(page, "alagamento") {
 		t.Fatalf("the ocorrência's page after registering:\n%s", page)
 	}
+	// The events pages name the person by login, not by the account's id.
+	if _, evs := get(t, op, b.srv.URL+"/eventos?agregado=ocorrencia:"+id); !strings.Contains(evs, "usuário operador.otto") || strings.Contains(evs, "usuário "+opID) {
+		t.Errorf("the events list does not name operador.otto")
+	}
 	t.Run("a double submit of the register form registers once", func(t *testing.T) {
 		again, _ := submit(t, b, op, csrf, reg, url.Values{"natureza": {"alagamento"}, "descricao": {"rua coberta"},
 			"endereco": {"Av. Brasil, 100"}, "lat": {"-22,9056"}, "lng": {"-47,0608"}})
