@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,16 +23,9 @@ import (
 // the receiver's own words.
 func TestConsoleAt3AM(t *testing.T) {
 	ctx := browser(t)
-	m, dir, stop := runMain(t)
-	t.Cleanup(func() { stop() })
-	base := "http://" + m.Addr
-	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
-		t.Fatal(err)
-	}
-	senha := lastLine(out.String())
-	admin, producer := mainToken(t, dir, app.PapelAdmin, "montagem"), mainToken(t, dir, app.PapelProdutor, "rh")
-	client := &http.Client{Timeout: 10 * time.Second}
+	s := startConsole(t)
+	m, base, senha, admin, client := s.m, s.base, s.senha, s.admin, s.client
+	producer := mainToken(t, s.dir, app.PapelProdutor, "rh")
 	var failing atomic.Bool
 	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -46,15 +37,8 @@ func TestConsoleAt3AM(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer cad.Close()
-	var in app.CreatedIntegrator
-	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD Bombeiros","callback_url":"`+
-		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
-	status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"vazamento_gas"}`)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("register an ocorrência: %v %d %s", err, status, body)
-	}
-	var oc struct{ ID string }
-	json.Unmarshal(body, &oc)
+	in := s.integrator(t, "CAD Bombeiros", cad)
+	oc := struct{ ID string }{s.register(t, in.APIKey, "vazamento_gas")}
 
 	login(t, ctx, base, "admin", senha)
 	pages := []string{"/ocorrencias", "/eventos", "/entregas"}
@@ -141,30 +125,10 @@ func TestConsoleAt3AM(t *testing.T) {
 // least 12 px from the others.
 func TestConsoleTouchTargetsOnAPhone(t *testing.T) {
 	ctx := browser(t)
-	m, dir, stop := runMain(t)
-	t.Cleanup(func() { stop() })
-	base := "http://" + m.Addr
-	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
-		t.Fatal(err)
-	}
-	senha := lastLine(out.String())
-	admin := mainToken(t, dir, app.PapelAdmin, "montagem")
-	client := &http.Client{Timeout: 10 * time.Second}
-	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer cad.Close()
-	var in app.CreatedIntegrator
-	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD SAMU","callback_url":"`+
-		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
-	status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"resgate"}`)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("register: %v %d %s", err, status, body)
-	}
-	var oc struct{ ID string }
-	json.Unmarshal(body, &oc)
+	s := startConsole(t)
+	base, senha, client := s.base, s.senha, s.client
+	in := s.integrator(t, "CAD SAMU", acceptingCAD(t))
+	oc := struct{ ID string }{s.register(t, in.APIKey, "resgate")}
 	if status, body, err := command(client, base, in.APIKey, "/api/ocorrencias/"+oc.ID+"/despachos",
 		`{"recurso":{"identificador":"USA-3"}}`); err != nil || status != http.StatusCreated {
 		t.Fatalf("dispatch: %v %d %s", err, status, body)
@@ -211,34 +175,10 @@ func TestConsoleTouchTargetsOnAPhone(t *testing.T) {
 // it is paused); once the pointer leaves, it appears.
 func TestLiveListsHoldStillUnderThePointer(t *testing.T) {
 	ctx := browser(t)
-	m, dir, stop := runMain(t)
-	t.Cleanup(func() { stop() })
-	base := "http://" + m.Addr
-	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
-		t.Fatal(err)
-	}
-	senha := lastLine(out.String())
-	admin := mainToken(t, dir, app.PapelAdmin, "montagem")
-	client := &http.Client{Timeout: 10 * time.Second}
-	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer cad.Close()
-	var in app.CreatedIntegrator
-	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD PM","callback_url":"`+
-		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
-	register := func(natureza string) string {
-		t.Helper()
-		status, body, err := command(client, base, in.APIKey, "/api/ocorrencias", `{"natureza":"`+natureza+`"}`)
-		if err != nil || status != http.StatusCreated {
-			t.Fatalf("register: %v %d %s", err, status, body)
-		}
-		var oc struct{ ID string }
-		json.Unmarshal(body, &oc)
-		return oc.ID
-	}
+	s := startConsole(t)
+	base, senha := s.base, s.senha
+	in := s.integrator(t, "CAD PM", acceptingCAD(t))
+	register := func(natureza string) string { return s.register(t, in.APIKey, natureza) }
 	first := register("resgate")
 	register("alagamento")
 

@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -23,26 +18,11 @@ import (
 // screen and its actions stay reachable.
 func TestPortalInABrowser(t *testing.T) {
 	ctx := browser(t)
-	m, dir, stop := runMain(t)
-	t.Cleanup(func() { stop() })
-	base := "http://" + m.Addr
-	var out bytes.Buffer
-	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
-		t.Fatal(err)
-	}
-	senha := lastLine(out.String())
-	admin, producer := mainToken(t, dir, app.PapelAdmin, "montagem"), mainToken(t, dir, app.PapelProdutor, "rh")
-	client := &http.Client{Timeout: 10 * time.Second}
-	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer cad.Close()
-	var mine, other app.CreatedIntegrator
-	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD Bombeiros do Vale","callback_url":"`+
-		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &mine)
-	json.Unmarshal(apiCall(t, client, "POST", base+"/api/integradores", admin, `{"nome":"CAD Vizinho Secreto","callback_url":"`+
-		cad.URL+`/outro","hosts_permitidos":["127.0.0.1"]}`), &other)
+	s := startConsole(t)
+	m, base, senha, admin, client := s.m, s.base, s.senha, s.admin, s.client
+	producer := mainToken(t, s.dir, app.PapelProdutor, "rh")
+	cad := acceptingCAD(t)
+	mine, other := s.integrator(t, "CAD Bombeiros do Vale", cad), s.integrator(t, "CAD Vizinho Secreto", cad)
 	for i := range 5 {
 		body := strings.Replace(jornada(7000+i), `"origem":"teste",`, `"origem":"teste","agregado":"jornada:portal",`, 1)
 		publishRecord(t, client, m.Addr, producer, body)

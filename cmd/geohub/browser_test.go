@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"geohub/app"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,4 +222,59 @@ func waitText(t *testing.T, ctx context.Context, sel, want string) {
 		}
 		return strings.Contains(last, want), last
 	})
+}
+
+// consoleServer is an in-process server for a browser test: its address,
+// the admin's password, an admin token and a client for the API.
+type consoleServer struct {
+	m      *Main
+	dir    string
+	base   string
+	senha  string
+	admin  string
+	client *http.Client
+}
+
+func startConsole(t *testing.T) consoleServer {
+	t.Helper()
+	m, dir, stop := runMain(t)
+	t.Cleanup(func() { stop() })
+	var out bytes.Buffer
+	if err := resetPassword(context.Background(), &out, testDatabase(t, dir), "admin"); err != nil {
+		t.Fatal(err)
+	}
+	return consoleServer{m: m, dir: dir, base: "http://" + m.Addr, senha: lastLine(out.String()),
+		admin: mainToken(t, dir, app.PapelAdmin, "montagem"), client: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// acceptingCAD is a receiver that answers 204 to every delivery.
+func acceptingCAD(t *testing.T) *httptest.Server {
+	t.Helper()
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(cad.Close)
+	return cad
+}
+
+// integrator registers one with its callback at cad, as the admin.
+func (s consoleServer) integrator(t *testing.T, nome string, cad *httptest.Server) app.CreatedIntegrator {
+	t.Helper()
+	var in app.CreatedIntegrator
+	json.Unmarshal(apiCall(t, s.client, "POST", s.base+"/api/integradores", s.admin, `{"nome":"`+nome+`","callback_url":"`+
+		cad.URL+`/eventos","hosts_permitidos":["127.0.0.1"]}`), &in)
+	return in
+}
+
+// register registers an ocorrência with an integrator's key.
+func (s consoleServer) register(t *testing.T, key, natureza string) string {
+	t.Helper()
+	status, body, err := command(s.client, s.base, key, "/api/ocorrencias", `{"natureza":"`+natureza+`"}`)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("register: %v %d %s", err, status, body)
+	}
+	var oc struct{ ID string }
+	json.Unmarshal(body, &oc)
+	return oc.ID
 }
