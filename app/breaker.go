@@ -350,13 +350,19 @@ type Incident struct {
 	Recusado string
 }
 
-// IncidenteFalhando is an Incident whose circuit is closed but whose last
-// attempts failed, for more than one event or without an HTTP answer.
-const IncidenteFalhando = "falhando"
+// The incidents that are not a circuit's state: failing with the circuit
+// still closed (for more than one event, or without an HTTP answer), and
+// disabled by the dispatcher after failing for days, when nothing is
+// queued for it any more.
+const (
+	IncidenteFalhando = "falhando"
+	IncidenteInativo  = "inativo"
+)
 
-// Incidents lists, by name, the active integrators that are not receiving:
-// circuit open or half-open, failing (circuits.failing: one poison event's
-// retries are not the endpoint failing), or a callback this server refuses.
+// Incidents lists, by name, the integrators that are not receiving: circuit
+// open or half-open, failing (circuits.failing: one poison event's retries
+// are not the endpoint failing), a callback this server refuses, or
+// disabled by the dispatcher.
 // It reads memory only, so every page and its live badge may ask often.
 func (s *Integrators) Incidents() []Incident {
 	now := s.Now()
@@ -366,6 +372,9 @@ func (s *Integrators) Incidents() []Incident {
 	var out []Incident
 	for _, in := range all {
 		if !in.Ativo {
+			if strings.HasPrefix(in.MotivoInativo, autoDisabled) {
+				out = append(out, Incident{ID: in.ID, Nome: in.Nome, Estado: IncidenteInativo})
+			}
 			continue
 		}
 		c := s.circuits.circuit(in.ID, now)

@@ -495,8 +495,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		if d.AutoDisable <= 0 || now.Sub(since) < d.AutoDisable || now.Sub(since) < autoDisableSpread {
 			continue
 		}
-		reason := fmt.Sprintf("desativado automaticamente: falhando sem interrupção desde %s",
-			since.Format(time.RFC3339))
+		reason := fmt.Sprintf("%s: falhando sem interrupção desde %s", autoDisabled, since.Format(time.RFC3339))
 		if err := d.Integrators.Disable(context.WithoutCancel(ctx), id, reason); err != nil {
 			d.Logger.Error("auto-disable integrator", "integrador", id, "err", err)
 			continue
@@ -504,6 +503,10 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		d.Logger.Warn("integrator auto-disabled", "integrador", id, "falhando_desde", since)
 	}
 }
+
+// autoDisabled begins the reason of an integrator the dispatcher disabled:
+// Incidents keeps naming it, where one an operator disabled is a choice.
+const autoDisabled = "desativado automaticamente"
 
 // send posts req through the dispatcher's Sender: its attempts and the
 // "verificar" ping go out alike.
@@ -517,6 +520,9 @@ func (d *Dispatcher) send(ctx context.Context, in Integrator, req Request) SendR
 func (d *Dispatcher) CloseCircuit(id string) {
 	d.init()
 	d.trip(id, 0, false, false, d.Now())
+	if d.OnRecorded != nil {
+		d.OnRecorded() // no attempt recorded, but the incident badge changed
+	}
 }
 
 // trip tells the integrator's breaker of an attempt of row that ended at now.

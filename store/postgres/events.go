@@ -322,9 +322,11 @@ func eventWhere(f app.EventFilter) (string, []any) {
 		args = append(args, v)
 		where = append(where, cond+" $"+strconv.Itoa(len(args)))
 	}
-	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
-		add("tipo >=", lo)
-		add("tipo <", hi)
+	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
+		// starts_with, not a range: a range's order is the database's
+		// collation, where ';' may sort before ':'.
+		args = append(args, prefix)
+		where = append(where, "starts_with(tipo, $"+strconv.Itoa(len(args))+")")
 	} else if f.Tipo != "" {
 		add("tipo =", f.Tipo)
 	}

@@ -519,9 +519,11 @@ func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Deliv
 		where = append(where, cond+" $"+strconv.Itoa(len(args)))
 	}
 	tipo := f.Tipo
-	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
-		add("tipo >=", lo)
-		add("tipo <", hi)
+	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
+		// starts_with, not a range: a range's order is the database's
+		// collation, where ';' may sort before ':'.
+		args = append(args, prefix)
+		where = append(where, "starts_with(tipo, $"+strconv.Itoa(len(args))+")")
 		tipo = ""
 	}
 	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
@@ -770,9 +772,9 @@ func (db *DB) AttemptsAfter(ctx context.Context, after int64, f app.AttemptFilte
 	q := attemptsAfterSQL
 	args := []any{after, top}
 	tipo := f.Tipo
-	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
-		args = append(args, lo, hi)
-		q += fmt.Sprintf(" AND o.tipo >= $%d AND o.tipo < $%d", len(args)-1, len(args))
+	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
+		args = append(args, prefix)
+		q += fmt.Sprintf(" AND starts_with(o.tipo, $%d)", len(args))
 		tipo = ""
 	}
 	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", tipo}, {"o.agregado", f.Agregado}} {

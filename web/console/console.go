@@ -365,8 +365,9 @@ func (c *Console) page(r *http.Request, title, active string) page {
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, comp templ.Component) {
-	if _, err := r.Cookie(flashCookie); err == nil {
-		// Shown on this page, once.
+	if _, err := r.Cookie(flashCookie); err == nil && status < 300 {
+		// Shown on this page, once; an error page does not show it, and
+		// leaves it for the next one.
 		http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -488,6 +488,8 @@ func incidentText(i app.Incident) string {
 		return "circuito aberto"
 	case i.Estado == app.CircuitoMeioAberto:
 		return "circuito testando o receptor"
+	case i.Estado == app.IncidenteInativo:
+		return "desativado automaticamente"
 	}
 	return "falhando (" + plural(i.FalhasSeguidas, "falha seguida", "falhas seguidas") + ")"
 }

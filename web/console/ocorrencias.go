@@ -428,6 +428,10 @@ func cadReceipt(d app.Delivery) string {
 // is not receiving now: the act is recorded and its delivery waits.
 func (c *Console) notReceiving(integrador string) string {
 	for _, i := range c.Integrators.Incidents() {
+		if i.ID == integrador && i.Estado == app.IncidenteInativo {
+			return i.Nome + " foi desativado automaticamente depois de falhar por dias: o ato foi registrado, mas nada é " +
+				"enviado a ele enquanto estiver inativo. Reative-o com Verificar na página do integrador e peça o reparo de lacunas."
+		}
 		if i.ID == integrador {
 			return i.Nome + " não está recebendo agora (" + incidentText(i) +
 				"): o ato foi registrado e a entrega dele espera; sai quando o CAD voltar, ou use Tentar agora na página do integrador."
@@ -572,5 +576,5 @@ func (c *Console) registerOcorrencia(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, e.Code.HTTPStatus(), newOcorrenciaPage(p, f))
 		return
 	}
-	c.done(w, r, o, "Ocorrência registrada: "+o.Natureza+", aberta.", out.Repeat)
+	c.done(w, r, o, "Ocorrência registrada: "+naturezaLabel(o.Natureza)+", aberta.", out.Repeat)
 }

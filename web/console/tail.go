@@ -40,9 +40,10 @@ const (
 	closeSessionEnded = 4401
 
 	// maxTailsPerSession bounds what one session can hold open: each tail
-	// is a goroutine and a database read on every commit. A page has one
-	// tail, so this is sixteen tabs; a stuck or hostile script gets 4429.
-	maxTailsPerSession = 16
+	// is a goroutine and a database read on every commit. A page has at
+	// most one tail and the incident badge's socket, so this is sixteen
+	// tabs; a stuck or hostile script gets 4429.
+	maxTailsPerSession = 32
 	closeTooManyTails  = 4429
 )
 

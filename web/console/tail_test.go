@@ -499,7 +499,7 @@ func TestDLQPageAndReprocess(t *testing.T) {
 
 // The cap and close code of tail.go, as a script sees them.
 const (
-	maxTailsPerSession = 16
+	maxTailsPerSession = 32
 	closeTooManyTails  = 4429
 )
 

@@ -8,6 +8,10 @@
 //   data-alertas="/ws/..."                     the header's incident badge, live
 "use strict";
 
+// pointerHovers: a mouse, whose pointer rests over a list. On a touch
+// screen :hover sticks after a tap, and would hold a list still for good.
+const pointerHovers = window.matchMedia("(hover: hover)").matches;
+
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-menu]").forEach(menuButton);
   document.querySelectorAll("[data-atualizar]").forEach(refresh);
@@ -84,7 +88,7 @@ class Tail {
   }
 
   held() {
-    return this.paused || this.body.matches(":hover");
+    return this.paused || (pointerHovers && this.body.matches(":hover"));
   }
 
   flush() {
@@ -201,7 +205,7 @@ class Vivo {
     };
     ws.onmessage = (m) => {
       const partes = JSON.parse(m.data).partes || {};
-      const hovered = this.el.matches(":hover");
+      const hovered = pointerHovers && this.el.matches(":hover");
       Object.entries(partes).forEach(([name, html]) => {
         if (hovered) return this.pending.set(name, html);
         const part = this.el.querySelector(`[data-vivo-parte="${name}"]`);
