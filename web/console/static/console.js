@@ -8,9 +8,21 @@
 //   data-alertas="/ws/..."                     the header's incident badge, live
 "use strict";
 
-// pointerHovers: a mouse, whose pointer rests over a list. On a touch
-// screen :hover sticks after a tap, and would hold a list still for good.
-const pointerHovers = window.matchMedia("(hover: hover)").matches;
+// mouseOver tracks whether a mouse pointer rests over el: only a mouse's,
+// since on a touch screen :hover sticks after a tap and would hold a list
+// still for good. onLeave runs when it leaves.
+function mouseOver(el, onLeave) {
+  const state = { over: false };
+  el.addEventListener("pointerenter", (e) => {
+    if (e.pointerType === "mouse") state.over = true;
+  });
+  el.addEventListener("pointerleave", (e) => {
+    if (e.pointerType !== "mouse") return;
+    state.over = false;
+    onLeave();
+  });
+  return state;
+}
 
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-menu]").forEach(menuButton);
@@ -81,14 +93,14 @@ class Tail {
     this.wait = 500;
     if (this.pauseBtn) this.pauseBtn.addEventListener("click", () => this.togglePause());
     // The rows hold still under the pointer: new ones wait until it leaves.
-    this.body.addEventListener("mouseleave", () => {
+    this.pointer = mouseOver(this.body, () => {
       if (!this.paused) this.flush();
     });
     this.connect();
   }
 
   held() {
-    return this.paused || (pointerHovers && this.body.matches(":hover"));
+    return this.paused || this.pointer.over;
   }
 
   flush() {
@@ -180,7 +192,7 @@ class Vivo {
     // The list holds still under the pointer, so a click lands on the row
     // that was aimed at: changes wait until it leaves.
     this.pending = new Map();
-    el.addEventListener("mouseleave", () => this.flush());
+    this.pointer = mouseOver(el, () => this.flush());
     this.connect();
   }
 
@@ -205,7 +217,7 @@ class Vivo {
     };
     ws.onmessage = (m) => {
       const partes = JSON.parse(m.data).partes || {};
-      const hovered = pointerHovers && this.el.matches(":hover");
+      const hovered = this.pointer.over;
       Object.entries(partes).forEach(([name, html]) => {
         if (hovered) return this.pending.set(name, html);
         const part = this.el.querySelector(`[data-vivo-parte="${name}"]`);
