@@ -182,9 +182,10 @@ type portalResult struct {
 	Segredo string          // a new secret, shown once
 }
 
-// portalFilter is the deliveries' filter of the home page.
+// portalFilter is the deliveries' filter of the home page: Desde and Ate
+// as typed (datetime-local), the end's minute included.
 type portalFilter struct {
-	Status, Tipo, Agregado string
+	Status, Tipo, Agregado, Desde, Ate string
 }
 
 func (c *Console) portalHome(w http.ResponseWriter, r *http.Request) {
@@ -199,9 +200,23 @@ func (c *Console) showPortalHome(w http.ResponseWriter, r *http.Request, status 
 		return
 	}
 	q := r.URL.Query()
-	f := portalFilter{Status: q.Get("status"), Tipo: q.Get("tipo"), Agregado: q.Get("agregado")}
-	page, err := c.Deliveries.List(r.Context(), app.DeliveryFilter{Integrador: in.ID, Status: f.Status, Tipo: f.Tipo,
-		Agregado: f.Agregado, Limite: 50, Desc: true})
+	f := portalFilter{Status: q.Get("status"), Tipo: q.Get("tipo"), Agregado: q.Get("agregado"), Desde: q.Get("desde"), Ate: q.Get("ate")}
+	df := app.DeliveryFilter{Integrador: in.ID, Status: f.Status, Tipo: f.Tipo, Agregado: f.Agregado, Limite: 50, Desc: true}
+	if f.Desde != "" {
+		if t, ok := parsePeriod(f.Desde); ok {
+			df.CriadoInicio = t
+		} else {
+			res.Erro = "Data inválida em Desde: use dia e hora."
+		}
+	}
+	if f.Ate != "" {
+		if t, ok := periodEnd(f.Ate); ok {
+			df.CriadoFim = t.Add(-time.Millisecond)
+		} else {
+			res.Erro = "Data inválida em Até: use dia e hora."
+		}
+	}
+	page, err := c.Deliveries.List(r.Context(), df)
 	if err != nil && app.ErrorCode(err) == app.EInvalid {
 		res.Erro, err = app.Public(err).Message, nil
 	}

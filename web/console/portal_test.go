@@ -93,6 +93,13 @@ func TestThePortalServesOneIntegratorOnly(t *testing.T) {
 	if n := strings.Count(home, "data-entrega="); n != 3 {
 		t.Errorf("%d deliveries on the portal, want its 3", n)
 	}
+	// Filters: a family of types, and a time window that ended before them.
+	if _, page := get(t, vendor, b.srv.URL+"/portal?tipo="+url.QueryEscape("jornada:*")); strings.Count(page, "data-entrega=") != 3 {
+		t.Error("the jornada:* filter on the portal does not show its 3 deliveries")
+	}
+	if _, page := get(t, vendor, b.srv.URL+"/portal?ate=2020-01-01T00:00"); strings.Count(page, "data-entrega=") != 0 {
+		t.Error("a window that ended in 2020 shows deliveries")
+	}
 	if res, _ := get(t, vendor, b.srv.URL+"/portal/entregas/"+strconv.FormatInt(otherDelivery.Linhas[0].ID, 10)); res.StatusCode != http.StatusNotFound {
 		t.Errorf("another integrator's delivery on the portal: %d", res.StatusCode)
 	}
