@@ -405,6 +405,8 @@ var AuditActions = []string{
 	AcaoTokenCriar, AcaoTokenRevogar,
 	AcaoIntegradorCriar, AcaoIntegradorEditar, AcaoIntegradorAtivar, AcaoIntegradorDesativar,
 	AcaoIntegradorSegredoRotacionar, AcaoIntegradorAPIKeyRotacionar, AcaoIntegradorVerificar, AcaoIntegradorTentarAgora,
+	AcaoIntegradorReenviar, AcaoIntegradorTestar, AcaoIntegradorEventoTeste,
+	AcaoPortalLinkCriar, AcaoPortalLinkRevogar, AcaoPortalEntrar, AcaoPortalSair, AcaoPortalSessoesEncerrar,
 	AcaoRegistroRegistrar, AcaoRegistroDescontinuar, AcaoRegistroReativar,
 	AcaoEntregaReenviar, AcaoEntregaReenviarLote, AcaoEntregaTentarAgora, AcaoDLQReprocessar,
 	AcaoOcorrenciaRegistrar, AcaoOcorrenciaDespachar, AcaoOcorrenciaDespachoStatus, AcaoOcorrenciaStatus,

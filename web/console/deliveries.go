@@ -452,8 +452,13 @@ func attemptNext(r app.RecordedAttempt) string {
 }
 
 func attemptsNote(l listQuery) string {
-	if l.V("status") != "" {
+	switch {
+	case l.V("status") != "" && (l.V("criado_inicio") != "" || l.V("criado_fim") != ""):
+		return "Cada tentativa de envio aparece aqui assim que termina (os filtros de situação e de período não valem para tentativas)."
+	case l.V("status") != "":
 		return "Cada tentativa de envio aparece aqui assim que termina (o filtro de situação não vale para tentativas)."
+	case l.V("criado_inicio") != "" || l.V("criado_fim") != "":
+		return "Cada tentativa de envio aparece aqui assim que termina (o filtro de período não vale para tentativas)."
 	}
 	return "Cada tentativa de envio aparece aqui assim que termina."
 }

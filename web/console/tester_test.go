@@ -113,6 +113,11 @@ func TestAnOperadorReadsTheAuditTrail(t *testing.T) {
 		!strings.Contains(page, row(app.AcaoIntegradorCriar)) {
 		t.Error("sem_cads still shows what the CAD's key did")
 	}
+	for _, acao := range []string{app.AcaoIntegradorReenviar, app.AcaoIntegradorTestar, app.AcaoPortalEntrar} {
+		if res, _ := get(t, op, b.srv.URL+"/auditoria?acao="+acao); res.StatusCode != http.StatusOK {
+			t.Errorf("the action filter refuses %s: %d", acao, res.StatusCode)
+		}
+	}
 	if _, page := get(t, admin, b.srv.URL+"/auditoria"); !strings.Contains(page, row(app.AcaoOperadorCriar)) {
 		t.Error("the admin does not see the account rows")
 	}
