@@ -1,12 +1,14 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -92,10 +94,8 @@ const slowAnswer = time.Second
 // Run runs every check against target, one request at a time.
 func (t *Tester) Run(ctx context.Context, target TestTarget) TestReport {
 	allowed := target.Allowed
-	if len(allowed) == 0 {
-		if u, err := parseHost(target.URL); err == nil {
-			allowed = []string{u}
-		}
+	if u, err := url.Parse(target.URL); len(allowed) == 0 && err == nil {
+		allowed = []string{u.Hostname()}
 	}
 	budget := t.Budget
 	if budget == 0 {
@@ -117,14 +117,6 @@ func (t *Tester) Run(ctx context.Context, target TestTarget) TestReport {
 	run.timing()
 	run.https()
 	return run.report()
-}
-
-func parseHost(raw string) (string, error) {
-	req, err := http.NewRequest(http.MethodGet, raw, nil)
-	if err != nil {
-		return "", err
-	}
-	return req.URL.Hostname(), nil
 }
 
 // testRun is one run of the tester: its requests and what they saw.
@@ -372,7 +364,7 @@ func (r *testRun) rotation() {
 	c := TestCheck{ID: "aceita-rotacao", Status: second.Status, DuracaoMS: (took + took2).Milliseconds(), Resultado: TesteOK}
 	switch {
 	case first.Err != nil || second.Err != nil:
-		c.Resultado, c.Detalhe = r.noAnswer(cmpErr(first.Err, second.Err))
+		c.Resultado, c.Detalhe = r.noAnswer(cmp.Or(first.Err, second.Err))
 	case !accepted(first.Status):
 		c.Status = first.Status
 		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("HTTP %d com a assinatura certa em X-Geohub-Assinatura e outra em X-Geohub-Assinatura-Anterior: durante uma rotação, aceite se qualquer das duas conferir", first.Status)
@@ -382,13 +374,6 @@ func (r *testRun) rotation() {
 		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("HTTP %d quando a assinatura certa vem em X-Geohub-Assinatura-Anterior: responda 2xx, ou 401 se só lê X-Geohub-Assinatura", second.Status)
 	}
 	r.add(c)
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func (r *testRun) standardWebhooks() {

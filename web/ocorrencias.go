@@ -14,8 +14,15 @@ import (
 // integratorAuthed admits a request carrying an active integrator's API key:
 // 401 without a valid key, 403 when the integrator is inactive.
 func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request, in app.Integrator)) http.Handler {
+	return s.keyed(true, h)
+}
+
+// keyed admits a request carrying an integrator's API key, active or, when
+// active is false, not (self-service, web/self.go), and makes the
+// integrator the author of what it changes.
+func (s *Server) keyed(active bool, h func(w http.ResponseWriter, r *http.Request, in app.Integrator)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		in, err := s.integrator(r)
+		in, err := s.integratorKey(r, active)
 		if err != nil {
 			if app.ErrorCode(err) == app.EUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores"`)
@@ -29,7 +36,9 @@ func (s *Server) integratorAuthed(h func(w http.ResponseWriter, r *http.Request,
 	})
 }
 
-func (s *Server) integrator(r *http.Request) (app.Integrator, error) {
+func (s *Server) integrator(r *http.Request) (app.Integrator, error) { return s.integratorKey(r, true) }
+
+func (s *Server) integratorKey(r *http.Request, active bool) (app.Integrator, error) {
 	scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	key = strings.TrimSpace(key)
 	if !strings.EqualFold(scheme, "Bearer") || key == "" {
@@ -39,7 +48,7 @@ func (s *Server) integrator(r *http.Request) (app.Integrator, error) {
 	if err != nil {
 		return app.Integrator{}, err
 	}
-	if !in.Ativo {
+	if active && !in.Ativo {
 		return app.Integrator{}, app.Errorf(app.EForbidden, "integrador inativo: um administrador precisa reativá-lo para que envie comandos")
 	}
 	return in, nil

@@ -27,23 +27,15 @@ func ownIntegrator(r *http.Request) (app.Integrator, bool) {
 // integrator (integratorID, ownDelivery).
 func (s *Server) authedOrOwn(roles []app.Papel, h http.HandlerFunc) http.Handler {
 	byToken := s.authed(roles, h)
+	byKey := s.keyed(false, func(w http.ResponseWriter, r *http.Request, in app.Integrator) {
+		h(w, r.WithContext(context.WithValue(r.Context(), ownKey{}, in)))
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, key, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !isAPIKey(r) || !strings.EqualFold(scheme, "Bearer") {
-			byToken.ServeHTTP(w, r) // which answers 401 for another scheme
+		if scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " "); isAPIKey(r) && strings.EqualFold(scheme, "Bearer") {
+			byKey.ServeHTTP(w, r)
 			return
 		}
-		in, err := s.Integrators.Authenticate(r.Context(), strings.TrimSpace(key))
-		if err != nil {
-			if app.ErrorCode(err) == app.EUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="geohub-integradores", error="invalid_token"`)
-			}
-			s.Fail(w, r, err)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: s.remoteAddr(r)})
-		h(w, r.WithContext(context.WithValue(ctx, ownKey{}, in)))
+		byToken.ServeHTTP(w, r) // which answers 401 for another scheme
 	})
 }
 

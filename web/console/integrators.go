@@ -258,8 +258,13 @@ func (c *Console) retryIntegratorNow(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	// What it did, in the numbers the page shows: the circuit, the
-	// deliveries it brought forward, and the whole queue now on its way.
+	c.redirect(w, r, c.afterAction(r, "/integradores/"+id, before), retryNowText(in, res))
+}
+
+// retryNowText says what "Tentar agora" did, in the numbers the page
+// shows: the circuit, the deliveries it brought forward, and the whole
+// queue now on its way. The console and the portal say it alike.
+func retryNowText(in app.Integrator, res app.RetryResult) string {
 	msg := fmt.Sprintf("Tentar agora: circuito de %s fechado", in.Nome)
 	switch {
 	case res.Antecipadas == 1:
@@ -268,11 +273,9 @@ func (c *Console) retryIntegratorNow(w http.ResponseWriter, r *http.Request) {
 		msg += "; " + num(int64(res.Antecipadas)) + " entregas que esperavam nova tentativa foram antecipadas"
 	}
 	if in.Saude != nil && in.Saude.Pendentes > 0 {
-		msg += "; " + plural(in.Saude.Pendentes, "entrega pendente sai agora", "entregas pendentes saem agora, na ordem de cada agregado") + "."
-	} else {
-		msg += "; nenhuma entrega pendente."
+		return msg + "; " + plural(in.Saude.Pendentes, "entrega pendente sai agora", "entregas pendentes saem agora, na ordem de cada agregado") + "."
 	}
-	c.redirect(w, r, c.afterAction(r, "/integradores/"+id, before), msg)
+	return msg + "; nenhuma entrega pendente."
 }
 
 // circuitState is an integrator's breaker state; without one, closed.

@@ -240,16 +240,22 @@ func (c *Console) portalDelivery(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	d, err := c.Deliveries.Get(r.Context(), id)
-	if err == nil && d.Integrador != portalOf(r).in.ID {
-		// Another integrator's delivery does not exist here.
-		err = app.Errorf(app.ENotFound, "entrega não encontrada")
-	}
+	d, err := c.portalOwnDelivery(r, id)
 	if err != nil {
 		c.Fail(w, r, err)
 		return
 	}
 	c.render(w, r, http.StatusOK, portalDeliveryPage(c.portalPage(r, "Entrega "+strconv.FormatInt(d.ID, 10)), d, c.flash(r)))
+}
+
+// portalOwnDelivery reads a delivery of the signed-in integrator; another
+// integrator's does not exist here.
+func (c *Console) portalOwnDelivery(r *http.Request, id int64) (app.DeliveryDetail, error) {
+	d, err := c.Deliveries.Get(r.Context(), id)
+	if err == nil && d.Integrador != portalOf(r).in.ID {
+		err = app.Errorf(app.ENotFound, "entrega não encontrada")
+	}
+	return d, err
 }
 
 func (c *Console) portalCatalogue(w http.ResponseWriter, r *http.Request) {
@@ -268,22 +274,17 @@ func (c *Console) portalTest(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) portalRetryNow(w http.ResponseWriter, r *http.Request) {
-	res, err := c.Deliveries.RetryNow(r.Context(), c.Integrators, portalOf(r).in.ID)
+	id := portalOf(r).in.ID
+	res, err := c.Deliveries.RetryNow(r.Context(), c.Integrators, id)
+	var in app.Integrator
+	if err == nil {
+		in, err = c.Integrators.Get(r.Context(), id)
+	}
 	if err != nil {
 		c.showPortalHome(w, r, app.Public(err).Code.HTTPStatus(), portalResult{Erro: app.Public(err).Message})
 		return
 	}
-	c.showPortalHome(w, r, http.StatusOK, portalResult{OK: "Circuito fechado; " + pendingNote(res.Antecipadas)})
-}
-
-func pendingNote(n int) string {
-	switch n {
-	case 0:
-		return "nenhuma entrega esperava nova tentativa."
-	case 1:
-		return "1 entrega que esperava nova tentativa sai agora."
-	}
-	return strconv.Itoa(n) + " entregas que esperavam nova tentativa saem agora, em ordem."
+	c.showPortalHome(w, r, http.StatusOK, portalResult{OK: retryNowText(in, res)})
 }
 
 func (c *Console) portalTestEvent(w http.ResponseWriter, r *http.Request) {
@@ -351,10 +352,7 @@ func (c *Console) portalResend(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	d, err := c.Deliveries.Get(r.Context(), id)
-	if err == nil && d.Integrador != portalOf(r).in.ID {
-		err = app.Errorf(app.ENotFound, "entrega não encontrada")
-	}
+	_, err = c.portalOwnDelivery(r, id)
 	if err == nil {
 		err = c.Deliveries.Resend(r.Context(), id)
 	}
