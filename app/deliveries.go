@@ -155,8 +155,8 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 type RedeliverRequest struct {
 	Agregado       string     `json:"agregado,omitempty"`
 	SequenciaDesde int64      `json:"sequencia_desde,omitempty"`
-	Desde          *time.Time `json:"desde,omitempty"`
-	Ate            *time.Time `json:"ate,omitempty"`
+	Desde          string `json:"desde,omitempty"` // RFC 3339
+	Ate            string `json:"ate,omitempty"`
 }
 
 // Redeliver is a gap repair: for a CAD that lost its database, the
@@ -199,7 +199,7 @@ func redelivery(req RedeliverRequest, now time.Time) (Redelivery, error) {
 	invalid := func(path, why string) error {
 		return &Error{Code: EInvalid, Message: "pedido de reenvio inválido: " + why, Details: []Detail{{path, why}}}
 	}
-	byTime := req.Desde != nil || req.Ate != nil
+	byTime := req.Desde != "" || req.Ate != ""
 	switch {
 	case req.Agregado != "" && byTime:
 		return Redelivery{}, invalid("", "peça por agregado (agregado, sequencia_desde) ou por janela de tempo (desde, ate), não os dois")
@@ -210,12 +210,22 @@ func redelivery(req RedeliverRequest, now time.Time) (Redelivery, error) {
 		return Redelivery{Agregado: req.Agregado, SequenciaDesde: max(req.SequenciaDesde, 1)}, nil
 	case req.SequenciaDesde != 0:
 		return Redelivery{}, invalid("/agregado", "sequencia_desde precisa do agregado")
-	case req.Desde == nil:
+	case req.Desde == "":
 		return Redelivery{}, invalid("/desde", "obrigatório: informe agregado (e sequencia_desde) ou desde (e ate)")
 	}
-	r := Redelivery{Desde: req.Desde.UTC(), Ate: now.UTC()}
-	if req.Ate != nil {
-		r.Ate = req.Ate.UTC()
+	r := Redelivery{Ate: now.UTC()}
+	for _, f := range []struct {
+		path, v string
+		t       *time.Time
+	}{{"/desde", req.Desde, &r.Desde}, {"/ate", req.Ate, &r.Ate}} {
+		if f.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, f.v)
+		if err != nil {
+			return Redelivery{}, invalid(f.path, "deve ser uma data e hora RFC 3339, como 2026-12-06T14:00:00-03:00")
+		}
+		*f.t = t.UTC()
 	}
 	if r.Ate.Before(r.Desde) {
 		return Redelivery{}, invalid("/ate", "deve ser depois de desde")

@@ -181,6 +181,7 @@ func TestAnIntegratorServesItselfWithItsAPIKey(t *testing.T) {
 		{"agregado": "equipe:1", "desde": apiStart.Format(time.RFC3339)},
 		{"sequencia_desde": 3},
 		{"desde": apiStart.Format(time.RFC3339), "ate": apiStart.Add(-time.Hour).Format(time.RFC3339)},
+		{"desde": "ontem"},
 	} {
 		e.doAuth(t, http.MethodPost, "/api/integradores/eu/reenviar", keyA, body).want(t, http.StatusUnprocessableEntity)
 	}

@@ -321,14 +321,19 @@ func (c *Console) portalRedeliver(w http.ResponseWriter, r *http.Request) {
 		}
 		req.SequenciaDesde = n
 	}
-	for name, dst := range map[string]**time.Time{"desde": &req.Desde, "ate": &req.Ate} {
-		if v := strings.TrimSpace(r.PostFormValue(name)); v != "" {
-			t, err := time.ParseInLocation("2006-01-02T15:04", v, brt)
-			if err != nil {
-				bad = "data e hora inválidas em " + name
-			}
-			*dst = &t
+	if v := strings.TrimSpace(r.PostFormValue("desde")); v != "" {
+		t, ok := parsePeriod(v)
+		if !ok {
+			bad = "data e hora inválidas em Desde"
 		}
+		req.Desde = t.Format(time.RFC3339Nano)
+	}
+	if v := strings.TrimSpace(r.PostFormValue("ate")); v != "" {
+		t, ok := periodEnd(v) // the minute typed is in
+		if !ok {
+			bad = "data e hora inválidas em Até"
+		}
+		req.Ate = t.Add(-time.Millisecond).Format(time.RFC3339Nano)
 	}
 	if bad != "" {
 		c.showPortalHome(w, r, http.StatusUnprocessableEntity, portalResult{Erro: bad})
