@@ -153,8 +153,8 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 // aggregate from a sequence (1 when omitted), or the rows enqueued from
 // desde to ate, both included (ate now when omitted).
 type RedeliverRequest struct {
-	Agregado       string     `json:"agregado,omitempty"`
-	SequenciaDesde int64      `json:"sequencia_desde,omitempty"`
+	Agregado       string `json:"agregado,omitempty"`
+	SequenciaDesde int64  `json:"sequencia_desde,omitempty"`
 	Desde          string `json:"desde,omitempty"` // RFC 3339
 	Ate            string `json:"ate,omitempty"`
 }
