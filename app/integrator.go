@@ -633,16 +633,29 @@ func (s *Integrators) Authenticate(ctx context.Context, apiKey string) (Integrat
 }
 
 func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback bool) error {
+	// Every finding at once: an operator fixing a form field by field
+	// should not meet a new complaint after each fix.
 	var bad []Detail
 	if in.Nome == "" || len(in.Nome) > 100 {
 		bad = append(bad, Detail{"/nome", "obrigatório, até 100 caracteres"})
 	}
+	before := len(bad)
 	if len(in.HostsPermitidos) == 0 {
 		bad = append(bad, Detail{"/hosts_permitidos", "informe ao menos um host"})
 	}
 	for i, h := range in.HostsPermitidos {
 		if h == "" || strings.ContainsAny(h, "/:@ ") {
 			bad = append(bad, Detail{fmt.Sprintf("/hosts_permitidos/%d", i), "deve ser um nome de host (ex.: cad.exemplo.gov.br ou *.exemplo.gov.br)"})
+		}
+	}
+	hostsOK := len(bad) == before
+	if checkCallback {
+		why := s.Policy.FormRefusal(in.CallbackURL)
+		if why == "" && hostsOK {
+			why = s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos)
+		}
+		if why != "" {
+			bad = append(bad, Detail{"/callback_url", why})
 		}
 	}
 	for i, e := range in.Eventos {
@@ -652,11 +665,6 @@ func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback
 	}
 	if _, err := ParseBackoff(in.Backoff); err != nil {
 		bad = append(bad, err.(*Error).Details...)
-	}
-	if len(bad) == 0 && checkCallback {
-		if why := s.Policy.Check(ctx, in.CallbackURL, in.HostsPermitidos); why != "" {
-			bad = append(bad, Detail{"/callback_url", why})
-		}
 	}
 	if len(bad) > 0 {
 		return &Error{Code: EInvalid, Message: "cadastro de integrador inválido", Details: bad}
@@ -676,7 +684,7 @@ func ParseBackoff(steps []string) ([]time.Duration, error) {
 	for i, s := range steps {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < time.Second || d > MaxBackoffStep {
-			bad = append(bad, Detail{fmt.Sprintf("/backoff/%d", i), "deve ser uma duração Go entre 1s e 10h (ex.: 30s, 5m)"})
+			bad = append(bad, Detail{fmt.Sprintf("/backoff/%d", i), "deve ser um intervalo entre 1 s e 10 h, escrito como 30s, 5m ou 1h30m"})
 			continue
 		}
 		out = append(out, d)

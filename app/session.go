@@ -252,15 +252,19 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	if err != nil {
 		return err
 	}
+	weak := CheckPassword("/nova", nova)
 	if !passwordMatches(hash, atual) {
-		return &Error{Code: EInvalid, Message: "senha atual incorreta",
-			Details: []Detail{{"/atual", "senha atual incorreta"}}}
+		bad := []Detail{{"/atual", "senha atual incorreta"}}
+		if weak != nil {
+			bad = append(bad, weak.(*Error).Details...)
+		}
+		return &Error{Code: EInvalid, Message: "senha atual incorreta", Details: bad}
 	}
 	if err := s.release(ctx, attempt, keys); err != nil {
 		return err
 	}
-	if err := checkPassword("/nova", nova); err != nil {
-		return err
+	if weak != nil {
+		return weak
 	}
 	newHash, err := hashPassword(nova, s.PasswordCost)
 	if err != nil {
@@ -311,7 +315,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha str
 	if !validOperatorRole(papel) {
 		bad = append(bad, Detail{"/papel", "deve ser admin, operador ou leitor"})
 	}
-	if err := checkPassword("/senha", senha); err != nil {
+	if err := CheckPassword("/senha", senha); err != nil {
 		bad = append(bad, err.(*Error).Details...)
 	}
 	if len(bad) > 0 {
@@ -384,7 +388,10 @@ func (s *Sessions) Operators(ctx context.Context) ([]Operator, error) {
 	return s.Store.Operators(ctx)
 }
 
-func checkPassword(path, senha string) error {
+// CheckPassword says whether senha may be a password, naming the field at
+// path: the console asks it too, to report a weak password beside a
+// mismatched confirmation.
+func CheckPassword(path, senha string) error {
 	// bcrypt reads at most 72 bytes: a longer password would be silently cut.
 	if n := utf8.RuneCountInString(senha); n < MinPasswordLen || len(senha) > 72 {
 		return &Error{Code: EInvalid, Message: "senha inválida",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,7 +65,7 @@ func TestIntegratorsCadastro(t *testing.T) {
 		{"IPv6 loopback is refused", apiNewIntegrator("https://[::1]/x", "::1"), "", "/hosts_permitidos/0"},
 		{"credentials in the URL are refused", apiNewIntegrator("https://u:p@cad.exemplo.gov.br/x", "cad.exemplo.gov.br"), "usuário", "/callback_url"},
 		{"a malformed backoff is refused", map[string]any{"nome": "x", "callback_url": "https://cad.exemplo.gov.br/x",
-			"hosts_permitidos": []string{"cad.exemplo.gov.br"}, "backoff": []string{"5s", "amanhã", "11h"}}, "duração", "/backoff/1"},
+			"hosts_permitidos": []string{"cad.exemplo.gov.br"}, "backoff": []string{"5s", "amanhã", "11h"}}, "intervalo", "/backoff/1"},
 		{"a bad event pattern is refused", map[string]any{"nome": "x", "callback_url": "https://cad.exemplo.gov.br/x",
 			"hosts_permitidos": []string{"cad.exemplo.gov.br"}, "eventos": []string{"ocorrencia*"}}, "padrão", "/eventos/0"},
 	}
@@ -83,6 +84,18 @@ func TestIntegratorsCadastro(t *testing.T) {
 			}
 		})
 	}
+	t.Run("every finding comes at once, the callback's included", func(t *testing.T) {
+		body := map[string]any{"nome": "", "callback_url": "http://cad.exemplo.gov.br/x",
+			"hosts_permitidos": []string{"cad.exemplo.gov.br/x"}, "eventos": []string{"ocorrencia*"}, "backoff": []string{"amanhã"}}
+		e := apiDecodeError(t, env.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin, body).want(t, 422))
+		var paths []string
+		for _, d := range e.Detalhes {
+			paths = append(paths, d.Caminho)
+		}
+		if want := []string{"/nome", "/hosts_permitidos/0", "/callback_url", "/eventos/0", "/backoff/0"}; !slices.Equal(paths, want) {
+			t.Fatalf("findings at %v, want %v: %+v", paths, want, e.Detalhes)
+		}
+	})
 	if all, _ := env.Integrators.List(t.Context()); len(all) != 0 {
 		t.Fatalf("%d refused integrators were stored", len(all))
 	}

@@ -88,6 +88,24 @@ func (p Policy) Refusal(raw string, allowed []string) string {
 // parse checks what a callback URL says by itself: scheme, form, port and
 // the allowlist. It returns the lowered host, or why the URL is refused.
 func (p Policy) parse(raw string, allowed []string) (host, why string) {
+	if host, why = p.form(raw); why != "" {
+		return "", why
+	}
+	if !HostAllowed(host, allowed) {
+		return "", fmt.Sprintf("o host %s não está em hosts_permitidos", host)
+	}
+	return host, ""
+}
+
+// FormRefusal is why the URL itself is refused (scheme, form, port), or "":
+// what can be said of a callback while its allowlist is still invalid, so
+// a form reports both at once.
+func (p Policy) FormRefusal(raw string) string {
+	_, why := p.form(raw)
+	return why
+}
+
+func (p Policy) form(raw string) (host, why string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.Opaque != "" {
 		return "", "URL inválida"
@@ -127,9 +145,6 @@ func (p Policy) parse(raw string, allowed []string) (host, why string) {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return "", "porta inválida"
 		}
-	}
-	if !HostAllowed(host, allowed) {
-		return "", fmt.Sprintf("o host %s não está em hosts_permitidos", host)
 	}
 	return host, ""
 }

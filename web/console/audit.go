@@ -43,7 +43,7 @@ var auditLabels = map[string]string{
 	app.AcaoEntregaReenviar:             "Reenviou entrega",
 	app.AcaoEntregaReenviarLote:         "Reenviou entregas com falha",
 	app.AcaoEntregaTentarAgora:          "Tentar agora (entrega)",
-	app.AcaoDLQReprocessar:              "Reprocessou a DLQ",
+	app.AcaoDLQReprocessar:              "Reprocessou falhas internas",
 	app.AcaoOcorrenciaRegistrar:         "Registrou ocorrência",
 	app.AcaoOcorrenciaDespachar:         "Despachou recurso",
 	app.AcaoOcorrenciaDespachoStatus:    "Mudou a situação de despacho",
@@ -178,7 +178,7 @@ func alvoText(a app.AuditTarget) string {
 		return "—"
 	}
 	kind := map[string]string{"integrador": "integrador", "operador": "operador", "token": "token",
-		"registro": "tipo", "entrega": "entrega", "colonia": "colônia", "ocorrencia": "ocorrência", "rota": ""}[a.Tipo]
+		"registro": "tipo", "entrega": "entrega", "colonia": "grupo de consumidores", "ocorrencia": "ocorrência", "rota": ""}[a.Tipo]
 	if kind == "" {
 		return name
 	}

@@ -99,6 +99,11 @@ func (c *Console) changePassword(w http.ResponseWriter, r *http.Request) {
 	f := newForm(r, "atual", "nova", "confirma")
 	if r.PostFormValue("nova") != r.PostFormValue("confirma") {
 		f.Errors["confirma"] = "as senhas não conferem"
+		// The current password is not tried: that would spend one of
+		// the login attempts on a form that cannot succeed.
+		if err := app.CheckPassword("/nova", r.PostFormValue("nova")); err != nil {
+			f.take(err)
+		}
 		c.render(w, r, http.StatusUnprocessableEntity, passwordPage(c.page(r, "Trocar senha", ""), f))
 		return
 	}

@@ -152,6 +152,18 @@ func TestConsoleSessionsAndCSRF(t *testing.T) {
 			t.Fatalf("%d %s", res.StatusCode, body)
 		}
 	})
+	t.Run("a password change reports every field at once", func(t *testing.T) {
+		c := client(t)
+		_, token := signIn(t, srv, c, "/")
+		_, body := post(t, c, srv.URL+"/conta/senha", url.Values{"csrf": {token}, "atual": {"nao-e-esta-1"}, "nova": {"curta"}, "confirma": {"curta"}})
+		if !strings.Contains(body, `id="erro-nova"`) || !strings.Contains(body, `id="erro-atual"`) {
+			t.Fatalf("a wrong current password hid the weak new one: %s", body)
+		}
+		_, body = post(t, c, srv.URL+"/conta/senha", url.Values{"csrf": {token}, "atual": {"senha-do-admin-1"}, "nova": {"curta"}, "confirma": {"curto"}})
+		if !strings.Contains(body, `id="erro-nova"`) || !strings.Contains(body, `id="erro-confirma"`) {
+			t.Fatalf("a mismatched confirmation hid the weak new password: %s", body)
+		}
+	})
 	t.Run("logging in again ends the browser's previous session", func(t *testing.T) {
 		c := client(t)
 		signIn(t, srv, c, "/")

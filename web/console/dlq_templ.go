@@ -38,7 +38,7 @@ func dlqPage(p page, v dlqView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Falhas internas: eventos que um consumidor não processou</h1><p class=\"sutil\">Eventos que um consumidor interno (colônia) não conseguiu processar. Cada colônia segura só os próprios eventos; as outras seguem em dia.</p></div></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Falhas internas: eventos que um consumidor não processou</h1><p class=\"sutil\">Eventos que um consumidor interno não conseguiu processar. Cada grupo de consumidores segura só os próprios eventos; os outros seguem em dia.</p></div></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -177,7 +177,7 @@ func dlqPage(p page, v dlqView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if len(v.St.Entradas) == 0 {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<p class=\"sutil\">Nenhuma pendência na DLQ: os consumidores internos estão em dia.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<p class=\"sutil\">Nenhuma falha interna pendente: os consumidores internos estão em dia.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -201,7 +201,7 @@ func dlqPage(p page, v dlqView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, " <div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th class=\"num\">Sequência</th><th>Colônia</th><th>Tipo</th><th>Consumidor</th><th>Erro</th><th class=\"num\">Tentativas</th><th>Situação</th><th>Última tentativa</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, " <div class=\"tabela-wrap\"><table class=\"dados\"><thead><tr><th class=\"num\">Sequência</th><th>Grupo</th><th>Tipo</th><th>Consumidor</th><th>Erro</th><th class=\"num\">Tentativas</th><th>Situação</th><th>Última tentativa</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -417,7 +417,7 @@ func TestOverviewWindows(t *testing.T) {
 	} {
 		_, page := get(t, admin, b.srv.URL+"/?janela="+c.janela)
 		for _, w := range append(c.want, `<span class="valor">`+c.events+`</span>`, "entregas na fila agora",
-			"entregas com falha, desde o início", "pendências na DLQ agora", `Entregas por situação <span class="janela">· desde o início`) {
+			"entregas com falha, desde o início", "falhas internas pendentes agora", `Entregas por situação <span class="janela">· desde o início`) {
 			if !strings.Contains(page, w) {
 				t.Errorf("janela %q: the overview lacks %q", c.janela, w)
 			}

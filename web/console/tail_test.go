@@ -464,7 +464,7 @@ func TestDLQPageAndReprocess(t *testing.T) {
 	admin, csrf := loginAs(t, b, "admin", benchAdminPassword)
 	leitora, leitoraCSRF := loginAs(t, b, "leitora", "senha-da-leitora-1")
 	_, page := get(t, admin, b.srv.URL+"/dlq")
-	if !strings.Contains(page, "Nenhuma pendência na DLQ") {
+	if !strings.Contains(page, "Nenhuma falha interna pendente") {
 		t.Fatal("no empty state")
 	}
 	b.failing.Store(true)
