@@ -24,11 +24,19 @@ import (
 func TestConsoleAt3AM(t *testing.T) {
 	ctx := browser(t)
 	s := startConsole(t)
-	m, base, senha, admin, client := s.m, s.base, s.senha, s.admin, s.client
+	m, base, senha, client := s.m, s.base, s.senha, s.client
 	producer := mainToken(t, s.dir, app.PapelProdutor, "rh")
 	var failing atomic.Bool
+	var hold atomic.Pointer[chan struct{}] // while set, the CAD answers only once it is closed
 	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if h := hold.Load(); h != nil {
+			select {
+			case <-*h:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if failing.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 			io.WriteString(w, "banco do CAD fora do ar")
@@ -78,6 +86,13 @@ func TestConsoleAt3AM(t *testing.T) {
 		}
 	}
 	screenshot(t, ctx, "madrugada-badge")
+	list, cancelList := chromedp.NewContext(ctx)
+	defer cancelList()
+	do(t, list, "open /integradores", chromedp.Navigate(base+"/integradores"), chromedp.WaitVisible(css(`tr[data-integrador="`+in.ID+`"]`)))
+	if v := get(t, list, "mark the list", chromedp.Evaluate[string](`window.__semRecarga = true,
+		document.querySelector('tr[data-integrador="`+in.ID+`"]').dataset.circuito`)); v != app.CircuitoAberto {
+		t.Fatalf("the list shows the circuit %q", v)
+	}
 
 	tab := tabs["/ocorrencias"]
 	do(t, tab, "open the CAD's ocorrência", chromedp.Navigate(base+"/ocorrencias/"+oc.ID), chromedp.WaitVisible(css(`input[name=recurso]`)))
@@ -107,9 +122,31 @@ func TestConsoleAt3AM(t *testing.T) {
 	}
 	screenshot(t, tab, "madrugada-integrador")
 
-	// Back up: the badge goes away by itself.
+	// Back up, and "Tentar agora" on its page: the page drains its queue
+	// and drops the failure by itself, and the badge goes away everywhere.
+	// The CAD holds its answers until the page is shown, so what follows
+	// is seen changing on the page, not already done when it loads.
+	answer := make(chan struct{})
+	hold.Store(&answer)
 	failing.Store(false)
-	apiCall(t, client, "POST", base+"/api/integradores/"+in.ID+"/tentar-agora", admin, "")
+	do(t, tab, "Tentar agora", chromedp.Click(css(`#saude form.tentar-agora button`)))
+	waitText(t, tab, `main .aviso-ok`, "agora")
+	get(t, tab, "mark the page", chromedp.Evaluate[bool](`window.__semRecarga = true`))
+	if n := count(t, tab, `[data-por-que]`); n != 1 {
+		t.Fatalf("the page after Tentar agora shows %d failure cards while the CAD has not answered", n)
+	}
+	hold.Store(nil)
+	close(answer)
+	waitFor(t, 20*time.Second, "the integrator page clears its failure and queue without a reload", func() (bool, string) {
+		v, _ := chromedp.Run(tab, chromedp.Evaluate[string](`(window.__semRecarga ? "" : "RECARREGOU ") +
+			document.querySelectorAll("[data-por-que]").length + " " + document.querySelector("#saude [data-fila]").textContent`))
+		return v == "0 nenhuma entrega esperando", v
+	})
+	waitFor(t, 20*time.Second, "the integrator list shows the circuit closed without a reload", func() (bool, string) {
+		v, _ := chromedp.Run(list, chromedp.Evaluate[string](`(window.__semRecarga ? "" : "RECARREGOU ") +
+			document.querySelector('tr[data-integrador="`+in.ID+`"]').dataset.circuito`))
+		return v == app.CircuitoFechado, v
+	})
 	for _, path := range pages[1:] {
 		tab := tabs[path]
 		waitFor(t, 20*time.Second, path+": the badge clears once the CAD is back", func() (bool, string) {

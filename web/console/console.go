@@ -148,6 +148,8 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /ocorrencias/{id}/status", c.authed(app.Operators, c.setOcorrenciaStatus))
 	mux.Handle("GET /ws/ocorrencias", c.authed(app.Readers, c.ocorrenciasLive))
 	mux.Handle("GET /ws/alertas", c.authed(app.Readers, c.incidentsLive))
+	mux.Handle("GET /ws/integradores", c.authed(app.Readers, c.integratorsLive))
+	mux.Handle("GET /ws/integradores/{id}", c.authed(app.Readers, c.integratorLive))
 	// "Tentar agora" acts on deliveries, like a resend: operators too.
 	mux.Handle("POST /integradores/{id}/tentar-agora", c.authed(app.Operators, c.retryIntegratorNow))
 	// Integrators, registry and operators: every other POST is admin-only.

@@ -37,6 +37,42 @@ func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, integratorsPage(c.page(r, "Integradores", "integradores"), all, c.Now()))
 }
 
+// integratorsLive keeps the list's circuits, queues and health current:
+// read again whenever an attempt is recorded or a circuit changes.
+func (c *Console) integratorsLive(w http.ResponseWriter, r *http.Request) {
+	p := c.page(r, "Integradores", "integradores")
+	c.serveSnapshot(w, r, c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
+		all, err := c.Integrators.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]templ.Component{"linhas": integratorRows(p, all, c.Now())}, nil
+	})
+}
+
+// integratorLive keeps an integrator's page current, so that after
+// "Tentar agora" the queue is seen draining and the failure going away
+// without a reload.
+func (c *Console) integratorLive(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if _, err := c.Integrators.Get(r.Context(), id); err != nil {
+		c.Fail(w, r, err)
+		return
+	}
+	p := c.page(r, "", "integradores")
+	c.serveSnapshot(w, r, c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
+		in, err := c.Integrators.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		why, err := c.whyFailing(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]templ.Component{"estado": integratorState(in, why), "saude": integratorHealth(p, in, c.Now())}, nil
+	})
+}
+
 func (c *Console) newIntegratorPage(w http.ResponseWriter, r *http.Request) {
 	f := form{Values: map[string]string{}, Errors: map[string]string{}}
 	c.render(w, r, http.StatusOK, newIntegratorPage(c.page(r, "Novo integrador", "integradores"), f, pending.issue()))

@@ -2,7 +2,8 @@
 // it). Elements opt in through data- attributes:
 //   data-atualizar="/url" data-intervalo="ms"  refresh the element's HTML
 //   data-tail="/ws/..."                        a websocket live tail
-//   data-vivo="/ws/..."                        a live snapshot (class Vivo)
+//   data-vivo="/ws/..."                        a live snapshot (class Vivo),
+//     data-vivo-sem-pausa                        one that changes under the pointer
 //   data-confirmar="question"                  confirm before submitting
 //   data-menu                                  the narrow screen's menu button
 //   data-alertas="/ws/..."                     the header's incident badge, live
@@ -192,7 +193,9 @@ class Vivo {
     // The list holds still under the pointer, so a click lands on the row
     // that was aimed at: changes wait until it leaves.
     this.pending = new Map();
-    this.pointer = mouseOver(el, () => this.flush());
+    // A card that only shows state (data-vivo-sem-pausa) changes under
+    // the pointer: its buttons stay where they are.
+    this.pointer = "vivoSemPausa" in el.dataset ? { over: false } : mouseOver(el, () => this.flush());
     this.connect();
   }
 
