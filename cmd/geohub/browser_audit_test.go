@@ -28,7 +28,7 @@ func auditLines(t *testing.T, ctx context.Context) []auditLine {
 	return get(t, ctx, "audit rows", chromedp.Evaluate[[]auditLine](`[...document.querySelectorAll("table.auditoria tbody tr[data-acao]")].map(tr => ({
 		acao: tr.dataset.acao, resultado: tr.dataset.resultado,
 		quem: (tr.querySelector("td.autor a") || tr.querySelector("td.autor")).textContent.trim(),
-		alvo: tr.cells[4].textContent.trim(), texto: tr.textContent}))`))
+		alvo: tr.querySelector("td.alvo").textContent.trim(), texto: tr.textContent}))`))
 }
 
 func findLine(lines []auditLine, acao, quem string) (auditLine, bool) {

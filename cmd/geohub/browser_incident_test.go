@@ -205,6 +205,49 @@ func TestConsoleTouchTargetsOnAPhone(t *testing.T) {
 	if gap < 12 {
 		t.Errorf("Cancelar despacho is %.0f px from Chegou ao local at 390 px, want 12 or more", gap)
 	}
+
+	// The key state columns are on screen without scrolling the table: a
+	// failing CAD's circuit and queue, and the audit's action and result.
+	down := s.integrator(t, "Central de Regulação Médica Regional", failingCAD(t))
+	for range 6 {
+		s.register(t, down.APIKey, "queda")
+	}
+	do(t, ctx, "the list", chromedp.Navigate(base+"/integradores"))
+	waitFor(t, 20*time.Second, "the failing CAD's circuit opens", func() (bool, string) {
+		v, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('tr[data-integrador="`+down.ID+`"]')?.dataset.circuito || ""`))
+		return v == app.CircuitoAberto, v
+	})
+	type cell struct {
+		What  string
+		Right float64
+		Edge  float64
+	}
+	for _, p := range []struct{ path, cells string }{
+		{"/integradores", "td.estado, td.fila"},
+		{"/auditoria", "td.acao, td.desfecho"},
+	} {
+		do(t, ctx, "open "+p.path, chromedp.Navigate(base+p.path), chromedp.WaitVisible(css(`table.dados tbody tr`)))
+		cut := get(t, ctx, "measure", chromedp.Evaluate[[]cell](`[...document.querySelectorAll("`+p.cells+`")]
+			.map((c) => ({what: c.className + ": " + c.textContent.trim().slice(0, 40), right: c.getBoundingClientRect().right,
+				edge: Math.min(window.innerWidth, c.closest(".tabela-wrap").getBoundingClientRect().right)}))
+			.filter((c) => c.right > c.edge + 0.5)`))
+		if len(cut) > 0 {
+			t.Errorf("%s: key columns cut off at 390 px: %+v", p.path, cut)
+		}
+		do(t, ctx, "scroll to the table", chromedp.ScrollIntoView(css(`table.dados`)))
+		screenshot(t, ctx, "celular-colunas"+strings.ReplaceAll(p.path, "/", "-"))
+	}
+}
+
+// failingCAD is a receiver that answers every delivery 500.
+func failingCAD(t *testing.T) *httptest.Server {
+	t.Helper()
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		http.Error(w, "banco do CAD fora do ar", http.StatusInternalServerError)
+	}))
+	t.Cleanup(cad.Close)
+	return cad
 }
 
 // TestLiveListsHoldStillUnderThePointer: while the pointer is over the live

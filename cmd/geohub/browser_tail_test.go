@@ -208,7 +208,7 @@ func TestConsoleLiveTails(t *testing.T) {
 
 	t.Run("dlq", func(t *testing.T) {
 		do(t, ctx, "open /dlq", chromedp.Navigate(base+"/dlq"), chromedp.WaitVisible(css(`h1`)))
-		if msg := text(t, ctx, `main .cartao p.sutil`); !strings.Contains(msg, "Nenhuma pendência") {
+		if msg := text(t, ctx, `main .cartao p.sutil`); !strings.Contains(msg, "Nenhuma falha interna pendente") {
 			t.Fatalf("empty DLQ says %q", msg)
 		}
 		screenshot(t, ctx, "dlq")
