@@ -66,6 +66,10 @@ type IntegratorPatch struct {
 	HostsPermitidos *[]string `json:"hosts_permitidos"`
 	Eventos         *[]string `json:"eventos"`
 	Backoff         *[]string `json:"backoff"`
+	// Motivo says why Ativo false deactivates it, where not by a person
+	// (the demo paused while serve runs without --demo); never read from
+	// a request.
+	Motivo string `json:"-"`
 }
 
 // CreatedIntegrator is the one answer that carries the secrets.
@@ -407,9 +411,12 @@ func (s *Integrators) Update(ctx context.Context, id string, p IntegratorPatch) 
 			in.FalhandoDesde = nil
 		}
 		in.Ativo = *p.Ativo
-		if in.Ativo {
+		switch {
+		case in.Ativo:
 			in.MotivoInativo = ""
-		} else if in.MotivoInativo == "" {
+		case p.Motivo != "":
+			in.MotivoInativo = p.Motivo
+		case in.MotivoInativo == "":
 			in.MotivoInativo = "desativado por um operador"
 		}
 	}

@@ -121,9 +121,14 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 			d.logger.Warn("demo credentials unreadable; creating a new demo integrator", "file", path, "err", err)
 			break
 		}
-		// Only the callback moves with each run: an admin who disabled the
-		// demo integrator keeps it disabled.
-		_, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback})
+		// The callback moves with each run, and a demo paused by a serve
+		// without --demo comes back; an admin who disabled the demo
+		// integrator keeps it disabled.
+		in, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback})
+		if err == nil && !in.Ativo && in.MotivoInativo == demoPaused {
+			on := true
+			_, err = d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{Ativo: &on})
+		}
 		if err == nil {
 			return d.keepKey(ctx, path, creds)
 		}
@@ -141,6 +146,38 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 	}
 	creds = demoCredentials{ID: created.ID, APIKey: created.APIKey}
 	return creds, saveDemoCredentials(path, creds)
+}
+
+// demoPaused is why the demo integrator is inactive while serve runs
+// without --demo: its callback lived in the demo's process, so every
+// delivery would fail and show as an incident on every page.
+const demoPaused = "demonstração parada: o CAD simulado só recebe com serve --demo, que o reativa"
+
+// pauseDemo deactivates the demo integrator of an earlier --demo run on
+// this data directory, when serve starts without --demo.
+func pauseDemo(ctx context.Context, data string, integrators *app.Integrators, logger *slog.Logger) error {
+	raw, err := os.ReadFile(filepath.Join(data, demoCredentialsFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var creds demoCredentials
+	if err != nil || json.Unmarshal(raw, &creds) != nil {
+		return nil // --demo reports a damaged file; here it is no reason not to start
+	}
+	in, err := integrators.Get(ctx, creds.ID)
+	if app.ErrorCode(err) == app.ENotFound || err == nil && !in.Ativo {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	off := false
+	if _, err := integrators.Update(ctx, in.ID, app.IntegratorPatch{Ativo: &off, Motivo: demoPaused}); err != nil {
+		return fmt.Errorf("pause the demo integrator: %w", err)
+	}
+	logger.Info("the demo integrator is paused: its simulator runs only with --demo, which resumes it",
+		"integrador", in.ID, "nome", in.Nome)
+	return nil
 }
 
 // keepKey makes sure the stored API key still works. Only its hash is in

@@ -296,4 +296,39 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 			t.Fatalf("run %d: demo server did not exit cleanly: %v\n%s", run, err, srv.out)
 		}
 	}
+
+	// Without --demo nothing receives at the demo integrator's callback: it
+	// is paused, so its deliveries do not fail as an incident on every
+	// page; the next --demo resumes it.
+	demoState := func(srv *proc) (bool, string) {
+		var list struct {
+			Linhas []struct {
+				Ativo         bool
+				MotivoInativo string `json:"motivo_inativo"`
+			}
+		}
+		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/integradores", admin, ""), &list)
+		if len(list.Linhas) != 1 {
+			t.Fatalf("%d integrators", len(list.Linhas))
+		}
+		return list.Linhas[0].Ativo, list.Linhas[0].MotivoInativo
+	}
+	for _, args := range [][]string{nil, {"--demo"}} {
+		srv := startServer(t, data, args...)
+		if args == nil {
+			if on, why := demoState(srv); on || !strings.Contains(why, "serve --demo") {
+				t.Fatalf("serve without --demo: the demo integrator is active=%v (%q)\n%s", on, why, srv.out)
+			}
+		} else {
+			// The demo starts beside the listener: its integrator a moment later.
+			waitFor(t, 10*time.Second, "--demo resumes the demo integrator", func() (bool, string) {
+				on, why := demoState(srv)
+				return on, why
+			})
+		}
+		srv.cmd.Process.Signal(os.Interrupt)
+		if err := srv.cmd.Wait(); err != nil {
+			t.Fatalf("serve %v did not exit cleanly: %v\n%s", args, err, srv.out)
+		}
+	}
 }

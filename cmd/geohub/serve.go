@@ -277,6 +277,11 @@ func (m *Main) Run(ctx context.Context) error {
 	// loop, the dispatcher, the consumers, after the HTTP server and the
 	// demo (deferred below) are done.
 	defer svc.Stop()
+	if !cfg.Demo {
+		if err := pauseDemo(ctx, cfg.Data, svc.Integrators, logger); err != nil {
+			return err
+		}
+	}
 	if err := svc.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
