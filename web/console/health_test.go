@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -484,4 +485,66 @@ func rowOf(t *testing.T, page, id string) string {
 	}
 	j := strings.Index(page[i:], "</tr>")
 	return page[i : i+j]
+}
+
+// One event its receiver refuses (a poison event) while the endpoint
+// answers is not an incident: the header's badge stays off, and the
+// integrator page's card says one delivery is refused, not that the CAD is
+// failing. Two events refused are.
+func TestOnePoisonEventIsNotAnIncident(t *testing.T) {
+	b := newTailBench(t)
+	var poison sync.Map   // the aggregates it refuses
+	var armed atomic.Bool // the next new aggregate is refused
+	cad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agregado := r.Header.Get("X-Geohub-Agregado")
+		if armed.CompareAndSwap(true, false) {
+			poison.Store(agregado, true)
+		}
+		if _, refused := poison.Load(agregado); refused {
+			http.Error(w, "campo servidor.cpf inválido", http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(cad.Close)
+	in := b.integrator(t, "CAD Guarda", cad.URL, []string{"jornada:iniciada"}, []string{"1h"})
+	leitora, _ := b.operator(t, "leitora", app.PapelLeitor)
+	refuse := func() {
+		armed.Store(true)
+		b.publish(t, iniciada("rh"))
+	}
+	failed := func(n int) func() bool {
+		return func() bool {
+			p, _ := b.deliveries.List(context.Background(), app.DeliveryFilter{Integrador: in.ID})
+			k := 0
+			for _, d := range p.Linhas {
+				if d.UltimoStatus == http.StatusUnprocessableEntity {
+					k++
+				}
+			}
+			return k == n
+		}
+	}
+
+	refuse()
+	b.waitRecorded(t, "the poison event refused", failed(1))
+	if incs := b.integrators.Incidents(); len(incs) != 0 {
+		t.Fatalf("one poison event is an incident: %+v", incs)
+	}
+	_, page := get(t, leitora, b.srv.URL+"/integradores/"+in.ID)
+	card := regexp.MustCompile(`(?s)<section class="cartao falha"[^>]*>.*?</section>`).FindString(page)
+	if !strings.Contains(card, "Uma entrega está sendo recusada") || !strings.Contains(card, "HTTP 422") ||
+		strings.Contains(card, `role="alert"`) || strings.Contains(card, "Por que está falhando") {
+		t.Fatalf("one poison event's card: %s", card)
+	}
+
+	refuse()
+	b.waitRecorded(t, "a second event refused", failed(2))
+	if incs := b.integrators.Incidents(); len(incs) != 1 {
+		t.Fatalf("two refused events are no incident: %+v", incs)
+	}
+	_, page = get(t, leitora, b.srv.URL+"/integradores/"+in.ID)
+	if card := regexp.MustCompile(`(?s)<section class="cartao falha"[^>]*>.*?</section>`).FindString(page); !strings.Contains(card, "Por que está falhando") {
+		t.Fatalf("a failing CAD's card: %s", card)
+	}
 }

@@ -490,6 +490,10 @@ func (c *Console) testIntegrator(w http.ResponseWriter, r *http.Request) {
 type failure struct {
 	Entrega int64
 	Attempt app.Attempt
+	// Incident: the header's badge shows this integrator too. Without
+	// it one delivery is refused (a poison event) while the endpoint
+	// receives, and the card says that rather than "failing".
+	Incident bool
 }
 
 // whyFailing finds the last failed attempt of an integrator that is failing
@@ -512,7 +516,8 @@ func (c *Console) whyFailing(ctx context.Context, in app.Integrator) (*failure, 
 		}
 		if n := len(detail.Tentativas); n > 0 {
 			last := slices.MaxFunc(detail.Tentativas, func(a, b app.Attempt) int { return a.Tentativa - b.Tentativa })
-			return &failure{Entrega: d.ID, Attempt: last}, nil
+			incident := slices.ContainsFunc(c.Integrators.Incidents(), func(i app.Incident) bool { return i.ID == in.ID })
+			return &failure{Entrega: d.ID, Attempt: last, Incident: incident}, nil
 		}
 	}
 	return nil, nil
