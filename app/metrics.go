@@ -10,6 +10,9 @@ type Metrics struct {
 	Deliveries *prometheus.CounterVec
 	Latency    prometheus.Histogram
 	Breaker    *prometheus.GaugeVec
+	// LiveRenders counts the console's live-view reads: one per change
+	// for all the sockets showing the same view, not one per socket.
+	LiveRenders *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg.
@@ -36,8 +39,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "geohub_breaker_open",
 			Help: "1 while an integrator's circuit breaker is open, else 0.",
 		}, []string{"integrador"}),
+		LiveRenders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "geohub_console_live_renders_total",
+			Help: "Reads and renders of the console's live views, by view; sockets showing the same view share each one.",
+		}, []string{"vista"}),
 	}
-	reg.MustRegister(m.Published, m.Handled, m.Deliveries, m.Latency, m.Breaker)
+	reg.MustRegister(m.Published, m.Handled, m.Deliveries, m.Latency, m.Breaker, m.LiveRenders)
 	return m
 }
 
@@ -45,6 +52,13 @@ func (m *Metrics) delivered(r DeliveryResult) {
 	if m != nil {
 		m.Deliveries.WithLabelValues(r.Status).Inc()
 		m.Latency.Observe(float64(r.Attempt.DuracaoMS) / 1000)
+	}
+}
+
+// LiveRendered counts one render of the console's live view vista.
+func (m *Metrics) LiveRendered(vista string) {
+	if m != nil {
+		m.LiveRenders.WithLabelValues(vista).Inc()
 	}
 }
 

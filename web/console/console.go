@@ -71,11 +71,13 @@ type Console struct {
 	// X-Forwarded-Proto the console believes.
 	TrustedProxies proxy.Trusted
 	// Heavy bounds the pages that carry stored records, with the API's.
-	Heavy  *heavy.Limit
-	Logger *slog.Logger
-	Now    func() time.Time
+	Heavy   *heavy.Limit
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Metrics *app.Metrics
 
 	tails tails
+	feeds feeds
 }
 
 // New is the console on the service graph; web.NewHandler sets the edge's
@@ -85,7 +87,7 @@ func New(svc *app.Services, oc *ocorrencia.Service) *Console {
 	return &Console{Sessions: svc.Sessions, Portal: svc.Portal, Queries: svc.Queries, Deliveries: svc.Deliveries,
 		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
 		Stats: svc.Stats, Audit: svc.AuditTrail, EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged,
-		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Heavy: heavy.New(heavy.Total)}
+		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Metrics: svc.Metrics, Heavy: heavy.New(heavy.Total)}
 }
 
 // heavy runs h inside one of the operator's slots (package heavy).
@@ -99,6 +101,15 @@ type session struct {
 }
 
 type sessionKey struct{}
+
+// sessionKeyOf tells the request's session apart from others' (for the live
+// views whose forms carry its CSRF token), without being its secret.
+func sessionKeyOf(r *http.Request) string {
+	if s := sessionOf(r); s != nil {
+		return s.csrf
+	}
+	return ""
+}
 
 func sessionOf(r *http.Request) *session {
 	s, _ := r.Context().Value(sessionKey{}).(*session)

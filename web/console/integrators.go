@@ -41,7 +41,8 @@ func (c *Console) integrators(w http.ResponseWriter, r *http.Request) {
 // read again whenever an attempt is recorded or a circuit changes.
 func (c *Console) integratorsLive(w http.ResponseWriter, r *http.Request) {
 	p := c.page(r, "Integradores", "integradores")
-	c.serveSnapshot(w, r, c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
+	// The rows carry the session's CSRF token in their forms.
+	c.serveSnapshot(w, r, "integradores", sessionKeyOf(r), c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
 		all, err := c.Integrators.List(ctx)
 		if err != nil {
 			return nil, err
@@ -60,7 +61,7 @@ func (c *Console) integratorLive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := c.page(r, "", "integradores")
-	c.serveSnapshot(w, r, c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
+	c.serveSnapshot(w, r, "integrador", id+" "+sessionKeyOf(r), c.AttemptsChanged, func(ctx context.Context) (map[string]templ.Component, error) {
 		in, err := c.Integrators.Get(ctx, id)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -204,7 +205,7 @@ func (c *Console) ocorrenciasLive(w http.ResponseWriter, r *http.Request) {
 	// Integrator names are read again only when a row names one not seen
 	// yet: listing integrators on every wake would cost more than the list.
 	var names map[string]string
-	c.serveSnapshot(w, r, c.Ocorrencias.Changed, func(ctx context.Context) (map[string]templ.Component, error) {
+	c.serveSnapshot(w, r, "ocorrencias", fmt.Sprintf("%+v", f), c.Ocorrencias.Changed, func(ctx context.Context) (map[string]templ.Component, error) {
 		list, err := c.Ocorrencias.List(ctx, f)
 		if err != nil {
 			return nil, err

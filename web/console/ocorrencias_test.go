@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"geohub/app"
 	"geohub/app/callback"
@@ -24,9 +25,10 @@ import (
 // it: a real database, the commands, and the read model kept by its
 // in-process consumer, which wakes the live list.
 type ocBench struct {
-	srv *httptest.Server
-	db  storetest.Store
-	svc *ocorrencia.Service
+	srv     *httptest.Server
+	db      storetest.Store
+	svc     *ocorrencia.Service
+	metrics *app.Metrics
 }
 
 func newOcBench(t *testing.T) *ocBench {
@@ -36,7 +38,7 @@ func newOcBench(t *testing.T) *ocBench {
 		BuiltinTypes: true, AdminPassword: benchAdminPassword,
 	})
 	c := newEdge(k, nil)
-	b := &ocBench{srv: httptest.NewServer(c), db: k.DB, svc: k.Ocorrencias}
+	b := &ocBench{srv: httptest.NewServer(c), db: k.DB, svc: k.Ocorrencias, metrics: k.Metrics}
 	t.Cleanup(func() {
 		c.CloseTails()
 		b.srv.Close()
@@ -398,6 +400,59 @@ func TestConsoleOcorrenciasListIsLive(t *testing.T) {
 	}
 	if !strings.Contains(rows, "Em deslocamento") {
 		t.Fatalf("the despacho's status is missing:\n%s", rows)
+	}
+}
+
+// Sockets showing the same list share its reads: one render per change for
+// all of them, whatever their sessions (issue 26, M1), where each socket
+// used to read and render the whole list on every change.
+func TestConsoleLiveListRendersOncePerChange(t *testing.T) {
+	b := newOcBench(t)
+	first := b.register(t, "incendio")
+	b.waitListed(t, first, ocorrencia.Aberta)
+	renders := func() float64 { return testutil.ToFloat64(b.metrics.LiveRenders.WithLabelValues("ocorrencias")) }
+	const same = 6
+	var socks []*websocket.Conn
+	for i := range same + 1 {
+		c, _, _ := b.signInRole(t, fmt.Sprintf("leitor.%d", i), "leitor")
+		q := "?natureza=incendio"
+		if i == same {
+			q = "?natureza=alagamento" // another view: a read of its own
+		}
+		u := "ws" + strings.TrimPrefix(b.srv.URL, "http") + "/ws/ocorrencias" + q
+		ws, _, err := (&websocket.Dialer{Jar: c.Jar, HandshakeTimeout: 5 * time.Second}).Dial(u, http.Header{"Origin": {b.srv.URL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		socks = append(socks, ws)
+	}
+	read := func(ws *websocket.Conn, want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ws.SetReadDeadline(deadline)
+			var m struct{ Partes map[string]string }
+			if err := ws.ReadJSON(&m); err != nil {
+				t.Fatalf("waiting for %q: %v", want, err)
+			}
+			if strings.Contains(m.Partes["linhas"], want) {
+				return
+			}
+		}
+	}
+	for _, ws := range socks[:same] {
+		read(ws, first)
+	}
+	before := renders()
+	second := b.register(t, "incendio")
+	for _, ws := range socks[:same] {
+		read(ws, second)
+	}
+	// A change may wake a view twice (the log and the read model); each
+	// of the two views reads at most that often, not once per socket.
+	if n := renders() - before; n > 4 {
+		t.Fatalf("%d sockets on two views cost %.0f renders for one change", same+1, n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/a-h/templ"
@@ -34,9 +35,12 @@ type snapshotMessage struct {
 	Partes map[string]string `json:"partes"`
 }
 
-// serveSnapshot runs one live snapshot socket. render reads the current
-// state and returns the page's parts by name.
-func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, changed *app.Notifier,
+// serveSnapshot runs one live snapshot socket. Sockets with the same key
+// show the same view and share one feed: one read and render per change for
+// all of them (a view that carries the session's CSRF token keys by the
+// session). render reads the current state and returns the page's parts by
+// name; vista names the view in the metrics.
+func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, vista, key string, changed *app.Notifier,
 	render func(ctx context.Context) (map[string]templ.Component, error)) {
 	conn, err := upgrader.Upgrade(hijackable{w}, r, nil)
 	if err != nil {
@@ -44,20 +48,34 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, changed 
 	}
 	defer conn.Close()
 	if s := sessionOf(r); s != nil {
-		if !c.tails.enter(s.secret) {
+		if !c.tails.enter(s.op.ID) {
 			conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(closeTooManyTails,
-				"muitas conexões ao vivo nesta sessão"), time.Now().Add(time.Second))
+				"muitas conexões ao vivo nesta conta"), time.Now().Add(time.Second))
 			return
 		}
-		defer c.tails.leave(s.secret)
+		defer c.tails.leave(s.op.ID)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stopping := c.tails.done()
-	// Subscribe before the first render: a change committed after that
-	// render's read wakes the loop.
-	wake, unsubscribe := changed.Subscribe()
-	defer unsubscribe()
+	feed, leave := c.feeds.join(vista+" "+key, func(ctx context.Context) (map[string]string, error) {
+		c.Metrics.LiveRendered(vista)
+		parts, err := render(ctx)
+		if err != nil {
+			return nil, err
+		}
+		html := make(map[string]string, len(parts))
+		var buf bytes.Buffer
+		for name, comp := range parts {
+			buf.Reset()
+			if err := comp.Render(ctx, &buf); err != nil {
+				return nil, err
+			}
+			html[name] = buf.String()
+		}
+		return html, nil
+	}, changed)
+	defer leave()
 
 	gone := make(chan struct{})
 	go func() {
@@ -72,64 +90,27 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, changed 
 		}
 	}()
 
-	var last map[string]string
-	var rendered time.Time
-	send := func() bool {
-		rendered = time.Now()
-		parts, err := render(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.closeTail(conn, websocket.CloseInternalServerErr, "erro interno", err)
-			}
-			return false
-		}
-		html := make(map[string]string, len(parts))
-		var buf bytes.Buffer
-		for name, comp := range parts {
-			buf.Reset()
-			if err := comp.Render(ctx, &buf); err != nil {
-				c.closeTail(conn, websocket.CloseInternalServerErr, "erro interno", err)
-				return false
-			}
-			html[name] = buf.String()
-		}
-		if maps.Equal(html, last) {
-			return true // a change elsewhere: nothing this page shows
-		}
-		msg, _ := json.Marshal(snapshotMessage{Partes: html})
-		conn.SetWriteDeadline(time.Now().Add(tailWriteWait))
-		if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
-			return false // gone or too slow: its next connection gets the state anew
-		}
-		last = html
-		return true
-	}
-	if !send() {
-		return
-	}
-
 	ping := time.NewTicker(tailPingEvery)
 	defer ping.Stop()
 	recheck := time.NewTicker(tailRecheck)
 	defer recheck.Stop()
+	var last map[string]string
 	for {
+		snap, next := feed.current()
+		switch {
+		case snap.err != nil:
+			c.closeTail(conn, websocket.CloseInternalServerErr, "erro interno", snap.err)
+			return
+		case snap.parts != nil && !maps.Equal(snap.parts, last):
+			msg, _ := json.Marshal(snapshotMessage{Partes: snap.parts})
+			conn.SetWriteDeadline(time.Now().Add(tailWriteWait))
+			if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+				return // gone or too slow: its next connection gets the state anew
+			}
+			last = snap.parts
+		}
 		select {
-		case <-wake:
-			if wait := time.Until(rendered.Add(snapshotGap)); wait > 0 {
-				// Wakes during the wait stay pending and only repeat a
-				// render that finds nothing new.
-				select {
-				case <-time.After(wait):
-				case <-gone:
-					return
-				case <-stopping:
-					c.closeTail(conn, websocket.CloseGoingAway, "servidor reiniciando", nil)
-					return
-				}
-			}
-			if !send() {
-				return
-			}
+		case <-next:
 		case <-recheck.C:
 			// Only the session: the data is re-read when a wake says so.
 			if s := sessionOf(r); s != nil {
@@ -151,11 +132,109 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, changed 
 	}
 }
 
+// feeds are the live views being shown, by key: each reads and renders once
+// per change, however many sockets show it, and stops with its last socket.
+type feeds struct {
+	mu sync.Mutex
+	m  map[string]*feed
+}
+
+// feed is one live view's latest rendering.
+type feed struct {
+	subscribers int // under feeds.mu
+	stop        context.CancelFunc
+
+	mu   sync.Mutex
+	snap snapshot
+	next chan struct{} // closed when snap is replaced
+}
+
+type snapshot struct {
+	parts map[string]string // nil before the first render
+	err   error
+}
+
+// join adds a socket to the feed of key, starting it when it is the first;
+// leave removes it, stopping the feed with its last socket.
+func (fs *feeds) join(key string, render func(context.Context) (map[string]string, error), changed *app.Notifier) (f *feed, leave func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f = fs.m[key]
+	if f == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		f = &feed{stop: stop, next: make(chan struct{})}
+		if fs.m == nil {
+			fs.m = map[string]*feed{}
+		}
+		fs.m[key] = f
+		// Subscribed before the first render: a change committed after
+		// its read wakes the loop.
+		wake, unsubscribe := changed.Subscribe()
+		go func() {
+			defer unsubscribe()
+			f.run(ctx, wake, render)
+		}()
+	}
+	f.subscribers++
+	return f, func() {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if f.subscribers--; f.subscribers == 0 {
+			f.stop()
+			delete(fs.m, key)
+		}
+	}
+}
+
+// run renders at once, then on every wake, at most once per snapshotGap:
+// wakes during the wait stay pending and only repeat a render that finds
+// nothing new.
+func (f *feed) run(ctx context.Context, wake <-chan struct{}, render func(context.Context) (map[string]string, error)) {
+	for {
+		rendered := time.Now()
+		parts, err := render(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		f.publish(snapshot{parts: parts, err: err})
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+		if wait := time.Until(rendered.Add(snapshotGap)); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (f *feed) publish(s snapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.err == nil && f.snap.err == nil && f.snap.parts != nil && maps.Equal(s.parts, f.snap.parts) {
+		return // a change elsewhere: nothing this view shows
+	}
+	f.snap = s
+	close(f.next)
+	f.next = make(chan struct{})
+}
+
+// current is the latest rendering and a channel closed when it is replaced.
+func (f *feed) current() (snapshot, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap, f.next
+}
+
 // incidentsLive keeps a page's incident badge and title current: the CADs
 // not receiving are re-read (from memory) whenever an attempt is recorded
 // or a circuit is adopted from another replica, and sent when they changed.
 func (c *Console) incidentsLive(w http.ResponseWriter, r *http.Request) {
-	c.serveSnapshot(w, r, c.AttemptsChanged, func(context.Context) (map[string]templ.Component, error) {
+	c.serveSnapshot(w, r, "alertas", "", c.AttemptsChanged, func(context.Context) (map[string]templ.Component, error) {
 		incs := c.Integrators.Incidents()
 		return map[string]templ.Component{"alertas": incidentBadge(incs), "titulo": templ.Raw(templ.EscapeString(incidentTitle(incs)))}, nil
 	})

@@ -39,11 +39,13 @@ const (
 
 	closeSessionEnded = 4401
 
-	// maxTailsPerSession bounds what one session can hold open: each tail
-	// is a goroutine and a database read on every commit. A page has at
-	// most one tail and the incident badge's socket, so this is sixteen
-	// tabs; a stuck or hostile script gets 4429.
-	maxTailsPerSession = 32
+	// maxTailsPerAccount bounds what one account can hold open on this
+	// server, whatever its sessions: each tail is a goroutine, and an
+	// append tail a database read on every commit. A page has at most one
+	// tail and the incident badge's socket, so this is sixteen tabs; a
+	// stuck or hostile script, or a client signing in again for more,
+	// gets 4429.
+	maxTailsPerAccount = 32
 	closeTooManyTails  = 4429
 )
 
@@ -75,35 +77,35 @@ type tailMessage struct {
 }
 
 // tails ends every open tail when the server shuts down (hijacked
-// connections are outside http.Server.Shutdown) and counts each session's.
+// connections are outside http.Server.Shutdown) and counts each account's.
 type tails struct {
 	once    sync.Once
 	closing chan struct{}
 	closed  sync.Once
 
 	mu   sync.Mutex
-	open map[string]int // by session secret
+	open map[string]int // by account
 }
 
-// enter takes one of the session's tail slots; false when all are taken.
-func (t *tails) enter(session string) bool {
+// enter takes one of the account's tail slots; false when all are taken.
+func (t *tails) enter(account string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.open[session] >= maxTailsPerSession {
+	if t.open[account] >= maxTailsPerAccount {
 		return false
 	}
 	if t.open == nil {
 		t.open = map[string]int{}
 	}
-	t.open[session]++
+	t.open[account]++
 	return true
 }
 
-func (t *tails) leave(session string) {
+func (t *tails) leave(account string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.open[session]--; t.open[session] <= 0 {
-		delete(t.open, session)
+	if t.open[account]--; t.open[account] <= 0 {
+		delete(t.open, account)
 	}
 }
 
@@ -163,12 +165,12 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 	}
 	defer conn.Close()
 	if s := sessionOf(r); s != nil {
-		if !c.tails.enter(s.secret) {
+		if !c.tails.enter(s.op.ID) {
 			conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(closeTooManyTails,
-				"muitas conexões ao vivo nesta sessão"), time.Now().Add(time.Second))
+				"muitas conexões ao vivo nesta conta"), time.Now().Add(time.Second))
 			return
 		}
-		defer c.tails.leave(s.secret)
+		defer c.tails.leave(s.op.ID)
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

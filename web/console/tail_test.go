@@ -499,11 +499,13 @@ func TestDLQPageAndReprocess(t *testing.T) {
 
 // The cap and close code of tail.go, as a script sees them.
 const (
-	maxTailsPerSession = 32
+	maxTailsPerAccount = 32
 	closeTooManyTails  = 4429
 )
 
-func TestTailsPerSession(t *testing.T) {
+// The cap counts an account's tails whatever its sessions: signing in again
+// opens no more (issue 26, M1).
+func TestTailsPerAccount(t *testing.T) {
 	b := newTailBench(t)
 	c, _ := loginAs(t, b, "admin", benchAdminPassword)
 	var open []*websocket.Conn
@@ -512,14 +514,14 @@ func TestTailsPerSession(t *testing.T) {
 			ws.Close()
 		}
 	}()
-	for range maxTailsPerSession {
+	for range maxTailsPerAccount {
 		ws, _, err := dialTail(t, b, c, "/ws/eventos")
 		if err != nil {
 			t.Fatal(err)
 		}
 		open = append(open, ws)
 	}
-	waitSubscribed(t, b.events, maxTailsPerSession)
+	waitSubscribed(t, b.events, maxTailsPerAccount)
 
 	// refused reports whether a tail of client cl is closed with 4429; an
 	// admitted one sends nothing, so its read times out (generously: a
@@ -542,11 +544,15 @@ func TestTailsPerSession(t *testing.T) {
 		return false
 	}
 	if !refused(c) {
-		t.Fatalf("tail %d of one session was admitted", maxTailsPerSession+1)
+		t.Fatalf("tail %d of one session was admitted", maxTailsPerAccount+1)
 	}
-	other, _ := loginAs(t, b, "admin", benchAdminPassword)
+	again, _ := loginAs(t, b, "admin", benchAdminPassword)
+	if !refused(again) {
+		t.Fatal("signing in again opened more tails for the same account")
+	}
+	other, _ := b.operator(t, "leitora", app.PapelLeitor)
 	if refused(other) {
-		t.Fatal("another session's first tail was refused")
+		t.Fatal("another account's first tail was refused")
 	}
 	open[0].Close()
 	deadline := time.Now().Add(5 * time.Second)
