@@ -77,3 +77,25 @@ func MigrationOrigin(master []byte) (string, error) {
 	}
 	return hex.EncodeToString(k[:16]), nil
 }
+
+// Weakness says why master cannot be a randomly drawn key, or "": all its
+// bytes equal (the all-zero key included), printable text (a passphrase
+// typed where 32 random bytes belong), or too few distinct bytes. A key
+// drawn at random shows none of these but with negligible probability.
+func Weakness(master []byte) string {
+	seen := map[byte]bool{}
+	text := true
+	for _, b := range master {
+		seen[b] = true
+		text = text && b >= 0x20 && b < 0x7f
+	}
+	switch {
+	case len(seen) == 1:
+		return "all its bytes are equal"
+	case text:
+		return "it is printable text (a passphrase), not random bytes"
+	case len(seen) < 16:
+		return "it has too few distinct bytes to be random"
+	}
+	return ""
+}

@@ -98,7 +98,7 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open database %s: %w", d.Where(), err)
 		}
-		if err := d.checkKey(ctx, db, key); err != nil {
+		if err := d.checkKey(ctx, db, key, logger); err != nil {
 			db.Close()
 			return nil, nil, err
 		}
@@ -124,7 +124,7 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 	// Before anything reads the outbox or copies the file (backup): the
 	// bodies an earlier version stored in clear are sealed here, with a
 	// key checked first.
-	err = d.checkKey(ctx, db, key)
+	err = d.checkKey(ctx, db, key, logger)
 	var sealer *keys.Sealer
 	if err == nil {
 		sealer, err = keys.NewSealer(key)
@@ -144,7 +144,21 @@ func (d Database) open(ctx context.Context, logger *slog.Logger, mustExist bool)
 // rather than in app.New: the commands that change accounts never build
 // the services, and on SQLite open seals the bodies an earlier version
 // stored in clear, with the key, before app.New runs.
-func (d Database) checkKey(ctx context.Context, db app.KeyCheckStore, key []byte) error {
+func (d Database) checkKey(ctx context.Context, db app.KeyCheckStore, key []byte, logger *slog.Logger) error {
+	// A database about to take its first key takes only a random one; one
+	// that already has a weak key keeps working, with a warning at open.
+	if why := keys.Weakness(key); why != "" {
+		stored, err := db.KeyCheck(ctx)
+		if err != nil {
+			return fmt.Errorf("read the master key's check: %w", err)
+		}
+		if stored == nil {
+			return fmt.Errorf("%s, key from %s: refused for a new database: %s; give 32 random bytes (openssl rand -hex 32)",
+				d.Where(), d.keySource(), why)
+		}
+		logger.Warn("the master key is weak; this database keeps it, a new installation must be given 32 random bytes",
+			"why", why, "key", d.keySource())
+	}
 	if err := app.CheckMasterKey(ctx, db, key); err != nil {
 		return fmt.Errorf("%s, key from %s: %w", d.Where(), d.keySource(), err)
 	}
@@ -168,6 +182,9 @@ func (d Database) keySource() string {
 // each other's secrets.
 func (d Database) masterKey() ([]byte, error) {
 	if d.MasterKeyFile != "" {
+		if err := privateFile(d.MasterKeyFile); err != nil {
+			return nil, fmt.Errorf("--master-key-file: %w", err)
+		}
 		b, err := os.ReadFile(d.MasterKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--master-key-file: %w", err)
@@ -181,7 +198,35 @@ func (d Database) masterKey() ([]byte, error) {
 		return nil, fmt.Errorf("--db needs the master key, the same on every replica: --master-key-file FILE or GEOHUB_MASTER_KEY " +
 			"(a SQLite appliance's is DATA/master.key; a new one: openssl rand -hex 32)")
 	}
-	return masterKey(filepath.Join(d.Data, masterKeyFile))
+	path := filepath.Join(d.Data, masterKeyFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		// A new key beside a database sealed with the old one would open
+		// none of its secrets, and hide which key it needs.
+		if db := filepath.Join(d.Data, store.FileName); fileExists(db) {
+			return nil, fmt.Errorf("%s is missing beside the existing database %s: restore it from the backup made with the database "+
+				"(a new key opens none of the secrets sealed with the old one); nothing was written", path, db)
+		}
+	}
+	return masterKey(path)
+}
+
+// privateFile refuses a key file that others may read, or anyone but its
+// owner (and its group, reading) may change: the master key opens every
+// secret at rest.
+func privateFile(path string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if perm := info.Mode().Perm(); perm&0o037 != 0 {
+		return fmt.Errorf("%s has mode %04o, open to others: chmod 600 %s (0640 for a group that only reads it)", path, perm, path)
+	}
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // parseMasterKey takes 32 raw bytes (as master.key holds them), or 64 hex

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,4 +76,73 @@ func TestServeRefusesAnotherMasterKey(t *testing.T) {
 		t.Fatalf("the database's own key no longer starts it:\n%s", again.out)
 	}
 	again.stop()
+}
+
+// The master key is handled as the one secret that opens all the others
+// (issue 26, I2): a key file others can read is refused, a new database
+// takes only a random key, and a missing master.key beside an existing
+// database is an error, never a fresh key written in its place.
+func TestMasterKeyHandling(t *testing.T) {
+	sqliteOnly(t)
+	t.Parallel()
+	migrate := func(data string, env []string, flags ...string) (string, bool) {
+		t.Helper()
+		_, errOut, ok := geohubCLI(t, "", env, append([]string{"migrate", "--data", data}, flags...)...)
+		return errOut, ok
+	}
+	data := t.TempDir()
+	if out, ok := migrate(data, nil); !ok {
+		t.Fatalf("a first migrate: %s", out)
+	}
+	key := filepath.Join(data, masterKeyFile)
+
+	t.Run("a key file others can read is refused", func(t *testing.T) {
+		if err := os.Chmod(key, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(key, 0o600)
+		if out, ok := migrate(data, nil); ok || !strings.Contains(out, "chmod 600") {
+			t.Fatalf("master.key at 0644: ok=%v %s", ok, out)
+		}
+		file := filepath.Join(t.TempDir(), "chave")
+		os.WriteFile(file, []byte(hex.EncodeToString(bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 2))), 0o604)
+		if out, ok := migrate(t.TempDir(), nil, "--master-key-file", file); ok || !strings.Contains(out, "chmod 600") {
+			t.Fatalf("--master-key-file at 0604: ok=%v %s", ok, out)
+		}
+	})
+	t.Run("a missing master.key beside a database is an error, and none is written", func(t *testing.T) {
+		saved, err := os.ReadFile(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(key)
+		defer os.WriteFile(key, saved, 0o600)
+		if out, ok := migrate(data, nil); ok || !strings.Contains(out, "missing beside the existing database") {
+			t.Fatalf("without master.key: ok=%v %s", ok, out)
+		}
+		if _, err := os.Stat(key); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("a new master.key was written beside the database: %v", err)
+		}
+	})
+	t.Run("a new database takes only a random key", func(t *testing.T) {
+		for name, k := range map[string][]byte{
+			"all zero":   make([]byte, 32),
+			"passphrase": []byte("minha senha secreta da prefeitura"[:32]),
+			"few bytes":  bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 8),
+		} {
+			file := filepath.Join(t.TempDir(), "chave")
+			os.WriteFile(file, k, 0o600)
+			if out, ok := migrate(t.TempDir(), nil, "--master-key-file", file); ok || !strings.Contains(out, "refused for a new database") {
+				t.Errorf("%s: ok=%v %s", name, ok, out)
+			}
+			if out, ok := migrate(t.TempDir(), []string{"GEOHUB_MASTER_KEY=" + hex.EncodeToString(k)}); ok || !strings.Contains(out, "GEOHUB_MASTER_KEY") {
+				t.Errorf("%s from the environment: ok=%v %s", name, ok, out)
+			}
+		}
+		random := make([]byte, 32)
+		rand.Read(random)
+		if out, ok := migrate(t.TempDir(), []string{"GEOHUB_MASTER_KEY=" + hex.EncodeToString(random)}); !ok {
+			t.Errorf("a random key: %s", out)
+		}
+	})
 }

@@ -128,6 +128,9 @@ func (cfg Config) database() Database {
 func masterKey(path string) ([]byte, error) {
 	key, err := os.ReadFile(path)
 	if err == nil {
+		if err := privateFile(path); err != nil {
+			return nil, fmt.Errorf("master key: %w", err)
+		}
 		if len(key) != 32 {
 			return nil, fmt.Errorf("master key %s: want 32 bytes, found %d", path, len(key))
 		}
