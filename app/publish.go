@@ -227,6 +227,11 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	if a := req.Autoria; a != nil {
 		if a.ID == "" || len(a.ID) > 255 {
 			bad = append(bad, Detail{"/autoria/id", "obrigatório, até 255 caracteres"})
+		} else if d := checkIdentifier("/autoria/id", a.ID); d != nil {
+			// Shown as who caused the event: an invisible character would
+			// make "geohub" pass the reserved-name check and read as the
+			// server on the console (issue 26, L1).
+			bad = append(bad, *d)
 		}
 		switch a.Tipo {
 		case "usuario", "integrador", "sistema":

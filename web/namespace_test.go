@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -185,6 +186,18 @@ func TestInvisibleCharactersAreRefusedEverywhere(t *testing.T) {
 			if got := apiDecodeError(t, res); !strings.Contains(got.Detalhes[0].Mensagem, c.want) {
 				t.Fatalf("the finding does not name %q: %q", c.want, got.Detalhes[0].Mensagem)
 			}
+		})
+	}
+	// The server's reserved autoria spelt with an invisible, format or
+	// control character: each variant the outside review sent was stored,
+	// and the console showed it as the server (issue 26, L1).
+	for _, id := range []string{"geohub\u200b", "\u200bgeohub", "geo\u00adhub", "geohub\u2060", "\ufeffgeohub", "geohub\u202e",
+		"ge\u200dohub", "geohub\u061c", "geohub\u180e", "geohub\u0000", "geohub\n", "geohub\u3164"} {
+		t.Run(fmt.Sprintf("autoria %+q", id), func(t *testing.T) {
+			env.run(t, apiScenario{method: http.MethodPost, route: "/api/events", role: app.PapelProdutor,
+				body: map[string]any{"tipo": "teste:livre", "origem": "rh", "autoria": map[string]any{"tipo": "sistema", "id": id},
+					"payload": map[string]any{"n": 1}},
+				status: http.StatusUnprocessableEntity, codigo: app.EInvalid, caminhos: []string{"/autoria/id"}})
 		})
 	}
 	if n := env.count(t); n != total {
