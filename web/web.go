@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,17 @@ func (s *Server) Handler() http.Handler {
 		// never take JSON or NDJSON for HTML or script. The console sets
 		// its own, the same.
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		// A query that does not parse (a bad escape, a semicolon, more than
+		// 10,000 parameters) would be read as the parts that do, or as
+		// none: its filters silently ignored (issue 26, I1).
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			why := "um escape % inválido ou um ';' (separe os parâmetros com &)"
+			if strings.Contains(err.Error(), "exceeds") {
+				why = "parâmetros demais"
+			}
+			s.Fail(w, r, &app.Error{Code: app.EMalformed, Message: "consulta (query string) malformada: " + why, Err: err})
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern == "" {
 			if s.Console != nil && !strings.HasPrefix(r.URL.Path, "/api/") {
 				s.Console.ServeHTTP(w, r)
