@@ -295,7 +295,13 @@ func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int
 // Purging walks outbox_purge_idx: delivered rows whose body is still kept.
 // Named, because without statistics the planner prefers walking every
 // delivered row in outbox_status_idx.
+// The receivers' answers to a row's attempts go with its body (issue 26,
+// L5): they may quote it, and are kept no longer than what they answered.
 const (
+	purgeAnswersSQL = `UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
+			WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_purge_idx
+				WHERE status = 'entregue' AND expurgado = 0 AND entregue_em < ?)
+			AND (resposta <> '' OR resposta_selada IS NOT NULL)`
 	purgeBodiesSQL = `DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_purge_idx
 			WHERE status = 'entregue' AND expurgado = 0 AND entregue_em < ?)`
 	markPurgedSQL = `UPDATE outbox INDEXED BY outbox_purge_idx SET expurgado = 1
@@ -306,6 +312,9 @@ const (
 func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
+		if _, err := tx.Exec(purgeAnswersSQL, ms(before)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(purgeBodiesSQL, ms(before)); err != nil {
 			return err
 		}
@@ -323,6 +332,10 @@ func (db *DB) PurgeDelivered(ctx context.Context, before time.Time) (int, error)
 // falhou_em; both statements walk outbox_falhou_idx, which holds only the
 // dead letters that still have one.
 const (
+	purgeDeadAnswersSQL = `UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
+			WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_falhou_idx
+				WHERE status = 'falhou' AND expurgado = 0 AND falhou_em < ?)
+			AND (resposta <> '' OR resposta_selada IS NOT NULL)`
 	purgeDeadBodiesSQL = `DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM outbox INDEXED BY outbox_falhou_idx
 			WHERE status = 'falhou' AND expurgado = 0 AND falhou_em < ?)`
 	markDeadPurgedSQL = `UPDATE outbox INDEXED BY outbox_falhou_idx SET expurgado = 1
@@ -333,6 +346,9 @@ const (
 func (db *DB) PurgeDeadLetters(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
+		if _, err := tx.Exec(purgeDeadAnswersSQL, ms(before)); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(purgeDeadBodiesSQL, ms(before)); err != nil {
 			return err
 		}

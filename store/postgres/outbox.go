@@ -458,17 +458,22 @@ func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int
 // (outbox_purge_idx for delivered rows, outbox_falhou_idx for dead
 // letters): the planner picks them for these predicates without a hint.
 // A row another transaction is changing (a resend) is skipped: the next
-// purge sees it as it is then.
+// purge sees it as it is then. The receivers' answers to a row's attempts
+// go with its body: they may quote it (issue 26, L5).
 const (
 	purgeBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
 			WHERE id IN (SELECT id FROM outbox WHERE status = 'entregue' AND NOT expurgado AND entregue_em < $1
 				FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),
-		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
+		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p)),
+		a AS (UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
+			WHERE outbox_id IN (SELECT id FROM p) AND (resposta <> '' OR resposta_selada IS NOT NULL))
 		SELECT count(*) FROM p`
 	purgeDeadBodiesSQL = `WITH p AS (UPDATE outbox SET expurgado = true
 			WHERE id IN (SELECT id FROM outbox WHERE status = 'falhou' AND NOT expurgado AND falhou_em < $1
 				FOR NO KEY UPDATE SKIP LOCKED) RETURNING id),
-		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p))
+		d AS (DELETE FROM outbox_corpo WHERE outbox_id IN (SELECT id FROM p)),
+		a AS (UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
+			WHERE outbox_id IN (SELECT id FROM p) AND (resposta <> '' OR resposta_selada IS NOT NULL))
 		SELECT count(*) FROM p`
 )
 

@@ -435,7 +435,8 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 			t.Helper()
 			res := app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: f.id, Status: app.EntregaFalhou, Proxima: at,
 				UltimoErr: "o receptor respondeu 400", Kind: app.ResultRefused,
-				Attempt: app.Attempt{EntregaID: "a", Tentativa: d.Tentativas + 1, Inicio: at.Add(-time.Second), DuracaoMS: 1000, StatusCode: 400}}
+				Attempt: app.Attempt{EntregaID: "a", Tentativa: d.Tentativas + 1, Inicio: at.Add(-time.Second), DuracaoMS: 1000, StatusCode: 400,
+					RespostaSelada: []byte("campo inválido no corpo")}}
 			if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{res}, "w", at, lease, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -476,6 +477,12 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if !purged(first.ID) || purged(poison.ID) || purged(resent.ID) {
 			t.Fatal("the purge at t0 must take the row that failed at t0, and only it")
 		}
+		if _, attempts, _ := f.DB.Delivery(ctx, first.ID); len(attempts) != 1 || attempts[0].RespostaSelada != nil {
+			t.Fatalf("the purged dead letter's answer outlived its body: %+v", attempts)
+		}
+		if _, attempts, _ := f.DB.Delivery(ctx, resent.ID); len(attempts) != 1 || attempts[0].RespostaSelada == nil {
+			t.Fatalf("a kept dead letter lost its answer: %+v", attempts)
+		}
 		purge(t0.Add(time.Hour), 0)
 		purge(t0.Add(time.Hour+time.Millisecond), 1)
 		if !purged(poison.ID) {
@@ -504,7 +511,18 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		ctx := t.Context()
 		now := f.now.Add(time.Second)
 		rows, _ := f.DB.ClaimDeliveries(ctx, "w", now, time.Minute, quota(f.id, 10))
-		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{result(rows[0], app.EntregaEntregue, now)}, "w", now, time.Minute, nil); err != nil {
+		// Each attempt carries the receiver's answer, which may quote the
+		// body: it goes with it (issue 26, L5).
+		answered := func(r app.DeliveryResult) app.DeliveryResult {
+			r.Attempt.RespostaSelada = []byte("o corpo citado pelo receptor")
+			return r
+		}
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{answered(result(rows[0], app.EntregaEntregue, now))}, "w", now, time.Minute, nil); err != nil {
+			t.Fatal(err)
+		}
+		pend := answered(result(rows[1], app.EntregaPendente, now))
+		pend.Proxima = now.Add(time.Hour)
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{pend}, "w", now, time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
 		end := now.Add(3 * time.Millisecond) // entregue_em is the attempt's end
@@ -517,10 +535,16 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if n, _ := f.DB.PurgeDelivered(ctx, end.Add(time.Hour)); n != 0 {
 			t.Fatalf("a second purge took %d", n)
 		}
-		d, _, _ := f.DB.Delivery(ctx, rows[0].ID)
-		other, _, _ := f.DB.Delivery(ctx, rows[1].ID)
+		d, attempts, _ := f.DB.Delivery(ctx, rows[0].ID)
+		other, otherAttempts, _ := f.DB.Delivery(ctx, rows[1].ID)
 		if !d.CorpoExpurgado || d.Corpo != nil || other.CorpoExpurgado || other.Corpo == nil {
-			t.Fatalf("after the purge: delivered %+v, in flight %+v", d, other)
+			t.Fatalf("after the purge: delivered %+v, pending %+v", d, other)
+		}
+		if len(attempts) != 1 || attempts[0].RespostaSelada != nil || attempts[0].Resposta != "" {
+			t.Fatalf("the purged row's answer outlived its body: %+v", attempts)
+		}
+		if len(otherAttempts) != 1 || string(otherAttempts[0].RespostaSelada) != "o corpo citado pelo receptor" {
+			t.Fatalf("the pending row's answer: %+v", otherAttempts)
 		}
 	})
 
