@@ -426,7 +426,7 @@ func TestConsumers(t *testing.T) {
 		b.publish(t, reqA(1))
 		consumed(t, b.consumers, "timeout entry", func() bool {
 			st, _ := b.audit.DLQ(t.Context())
-			return st.TotalPendentes == 1 && strings.Contains(st.Entradas[0].MensagemErro, "timed out")
+			return st.TotalPendentes == 1 && strings.Contains(st.Entradas[0].MensagemErro, "excedeu o tempo limite")
 		})
 	})
 	t.Run("a handler that ignores its cancellation is abandoned: recorded, its colonia goes on, shutdown does not wait", func(t *testing.T) {
@@ -451,7 +451,7 @@ func TestConsumers(t *testing.T) {
 			t.Fatalf("handled %s second, want %s", got, second.EventID)
 		}
 		st, _ := b.audit.DLQ(t.Context())
-		if st.TotalPendentes != 1 || st.Entradas[0].EventID != first.EventID || !strings.Contains(st.Entradas[0].MensagemErro, "abandoned") {
+		if st.TotalPendentes != 1 || st.Entradas[0].EventID != first.EventID || !strings.Contains(st.Entradas[0].MensagemErro, "abandonado") {
 			t.Fatalf("DLQ %+v", st)
 		}
 		// The third event reaches the handler while the first is still

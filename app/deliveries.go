@@ -102,7 +102,7 @@ func (s *Deliveries) Resend(ctx context.Context, id int64) (err error) {
 	case errors.Is(err, ErrNotFound):
 		return Errorf(ENotFound, "entrega não encontrada")
 	case errors.As(err, &c) && c.Status != EntregaFalhou:
-		return Errorf(EConflict, "só entregas com status falhou podem ser reenviadas (status atual: %s)", c.Status)
+		return Errorf(EConflict, "só entregas na situação Falhou podem ser reenviadas (situação atual: %s)", c.Status)
 	case errors.As(err, &c):
 		return Errorf(EConflict, "o corpo desta entrega já foi expurgado (o prazo de retenção das falhas venceu): ela não pode mais ser reenviada")
 	}
@@ -131,7 +131,7 @@ func (s *Deliveries) ResendAll(ctx context.Context, integrador, status string) (
 		status = EntregaFalhou
 	}
 	if status != EntregaFalhou {
-		return Resent{}, &Error{Code: EInvalid, Message: "só entregas falhou podem ser reenviadas",
+		return Resent{}, &Error{Code: EInvalid, Message: "só entregas na situação Falhou podem ser reenviadas",
 			Details: []Detail{{"/status", "deve ser falhou"}}}
 	}
 	if integrador == "" {
@@ -398,7 +398,7 @@ func (s *Deliveries) Verify(ctx context.Context, integrators *Integrators, id st
 	if r.Err != nil {
 		a.Erro = r.Err.Error()
 		// Nothing changed: the entry stands alone, saying what failed.
-		audit.Resultado, audit.Detalhe = AuditFalhou, "sem resposta do receptor: "+a.Erro
+		audit.Resultado, audit.Detalhe = AuditFalhou, "sem resposta do receptor: "+withoutDetail(a.Erro)
 		s.Store.AppendAudit(context.WithoutCancel(ctx), *audit)
 		return a, nil
 	}

@@ -495,7 +495,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		if d.AutoDisable <= 0 || now.Sub(since) < d.AutoDisable || now.Sub(since) < autoDisableSpread {
 			continue
 		}
-		reason := fmt.Sprintf("%s: falhando sem interrupção desde %s", autoDisabled, since.Format(time.RFC3339))
+		reason := fmt.Sprintf("%s: falhando sem interrupção desde %s", autoDisabled, brasiliaTime(since))
 		if err := d.Integrators.Disable(context.WithoutCancel(ctx), id, reason); err != nil {
 			d.Logger.Error("auto-disable integrator", "integrador", id, "err", err)
 			continue

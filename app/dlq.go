@@ -77,8 +77,8 @@ func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (res Repro
 	k := c.colonias[colonia]
 	if k == nil {
 		c.mu.Unlock()
-		return ReprocessResult{}, &Error{Code: ENotFound, Message: fmt.Sprintf("colônia %s não tem consumidores", colonia),
-			Details: []Detail{{"/colonia", "colônia desconhecida"}}}
+		return ReprocessResult{}, &Error{Code: ENotFound, Message: fmt.Sprintf("grupo de consumidores %s desconhecido: não tem consumidores", colonia),
+			Details: []Detail{{"/colonia", "grupo de consumidores desconhecido"}}}
 	}
 	c.mu.Unlock()
 	// The limit is per colonia: reprocessing one consumer's failures does not
@@ -90,7 +90,7 @@ func (c *Consumers) ReprocessDLQ(ctx context.Context, colonia string) (res Repro
 	}
 	if wait > 0 {
 		return ReprocessResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
-			Message: "reprocessamento permitido uma vez por minuto por colônia"}
+			Message: "reprocessamento permitido uma vez por minuto por grupo de consumidores"}
 	}
 	c.runMu.Lock()
 	run := c.current

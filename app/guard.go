@@ -14,8 +14,8 @@ import (
 // errTimeout is what a handler that overran its deadline is recorded with;
 // errAbandoned, one that then ignored the cancellation as long again.
 var (
-	errTimeout   = errors.New("handler timed out")
-	errAbandoned = errors.New("handler timed out and ignored its cancellation: abandoned, still running")
+	errTimeout   = errors.New("o consumidor excedeu o tempo limite")
+	errAbandoned = errors.New("o consumidor excedeu o tempo limite e ignorou o cancelamento: abandonado, ainda em execução")
 )
 
 // errUnrecorded marks a failure the DLQ could not record: the consumer must
@@ -42,7 +42,7 @@ func (c *Consumers) guard(ctx context.Context, sub subscription, ev Event) error
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
-				done <- outcome{fmt.Errorf("panic: %v", r), string(debug.Stack())}
+				done <- outcome{fmt.Errorf("falha inesperada (panic): %v", r), string(debug.Stack())}
 			}
 		}()
 		err := sub.fn(hctx, ev)

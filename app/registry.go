@@ -271,7 +271,7 @@ func (r *Registry) lookup(tipo, versao string) (*compiled, error) {
 	if ok {
 		if c.Status == StatusDeprecado {
 			return nil, &Error{Code: EInvalid, Message: fmt.Sprintf("tipo %s@%s está deprecado", tipo, versao),
-				Details: []Detail{{Caminho: "/versao_schema", Mensagem: "versão deprecada"}}}
+				Details: []Detail{{Caminho: "/versao_schema", Mensagem: "versão descontinuada"}}}
 		}
 		return c, nil
 	}

@@ -75,7 +75,7 @@ type Sessions struct {
 
 // errBadLogin is the one answer to a wrong login or password: no user
 // enumeration.
-var errBadLogin = Errorf(EUnauthorized, "login ou senha incorretos")
+var errBadLogin = Errorf(EUnauthorized, "usuário ou senha incorretos")
 
 // Login checks a login and password and opens a session, returning the
 // cookie's secret. client identifies the caller (its address) for the rate
@@ -99,7 +99,7 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	}
 	if wait > 0 {
 		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
-			Message: fmt.Sprintf("muitas tentativas de login; tente de novo em %d minutos", int(wait.Minutes())+1)}
+			Message: "muitas tentativas de entrada; tente de novo em " + minutesText(wait)}
 	}
 	o, hash, err := s.Store.OperatorByLogin(ctx, login)
 	if err != nil && !errors.Is(err, ErrNotFound) {
@@ -109,7 +109,7 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 		spendPasswordCheck(senha, s.PasswordCost)
 		// What was typed is not kept: a login that names no account may
 		// well be a password typed in the wrong field.
-		s.loginFailed(ctx, Actor{Tipo: ActorAnonimo, Endereco: client}, "login desconhecido")
+		s.loginFailed(ctx, Actor{Tipo: ActorAnonimo, Endereco: client}, "usuário desconhecido")
 		return "", Operator{}, errBadLogin
 	}
 	who := Actor{Tipo: ActorOperador, ID: o.ID, Nome: o.Login, Papel: o.Papel, Endereco: client}
@@ -246,7 +246,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, o Operator, secret, atual
 	}
 	if wait > 0 {
 		return &Error{Code: ERateLimited, RetryAfter: wait,
-			Message: fmt.Sprintf("muitas tentativas com a senha atual errada; tente de novo em %d minutos", int(wait.Minutes())+1)}
+			Message: "muitas tentativas com a senha atual errada; tente de novo em " + minutesText(wait)}
 	}
 	_, hash, err := s.Store.OperatorByLogin(ctx, o.Login)
 	if err != nil {
@@ -332,7 +332,7 @@ func (s *Sessions) CreateOperator(ctx context.Context, actorID, login, senha str
 		return Operator{}, err
 	}
 	if !created {
-		return Operator{}, &Error{Code: EConflict, Message: "já existe um operador com este login",
+		return Operator{}, &Error{Code: EConflict, Message: "já existe um operador com este usuário",
 			Details: []Detail{{"/login", "já existe"}}}
 	}
 	return o, nil

@@ -253,7 +253,51 @@ func (r *testRun) noAnswer(err error) (string, string) {
 		}
 		return TesteAviso, "não executada: o tempo do teste acabou; corrija responde-a-tempo e teste de novo"
 	}
-	return TesteFalhou, "sem resposta do receptor: " + err.Error()
+	return TesteFalhou, "sem resposta do receptor: " + withoutDetail(err.Error())
+}
+
+// withoutDetail is an attempt's error without Go's own text, which
+// transportError keeps after the pt-BR reason as " (detalhe: …)".
+func withoutDetail(msg string) string {
+	if i := strings.Index(msg, " (detalhe: "); i >= 0 {
+		return msg[:i]
+	}
+	return msg
+}
+
+// brasilia is the municipality's clock, for times written in messages
+// people read; a fixed -03:00 (no daylight saving since 2019) when the
+// system has no tz database.
+var brasilia = func() *time.Location {
+	if loc, err := time.LoadLocation("America/Sao_Paulo"); err == nil {
+		return loc
+	}
+	return time.FixedZone("-03", -3*60*60)
+}()
+
+// brasiliaTime is a time for people: "30/11/2026 14:00 (horário de Brasília)".
+func brasiliaTime(t time.Time) string {
+	return t.In(brasilia).Format("02/01/2006 15:04") + " (horário de Brasília)"
+}
+
+// minutesText is a wait for people, in whole minutes rounded up past the
+// current one: "1 minuto", "15 minutos".
+func minutesText(wait time.Duration) string {
+	if n := int(wait.Minutes()) + 1; n != 1 {
+		return fmt.Sprintf("%d minutos", n)
+	}
+	return "1 minuto"
+}
+
+// seconds is a duration for people: "350 ms" under a second, else seconds
+// with at most one decimal and a decimal comma ("5 s", "3,2 s").
+func seconds(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	s := fmt.Sprintf("%.1f", d.Seconds())
+	s = strings.TrimSuffix(s, ".0")
+	return strings.Replace(s, ".", ",", 1) + " s"
 }
 
 // accepts is the verdict of a delivery the receiver must accept.
@@ -264,8 +308,10 @@ func accepts(fix string) func(int) (string, string) {
 			return TesteOK, ""
 		case status == http.StatusRequestEntityTooLarge:
 			return TesteFalhou, "HTTP 413: o receptor limita o corpo abaixo do que o Geohub envia (envelopes de até pouco mais de 1 MiB); " + fix
+		case status == http.StatusBadRequest || status == http.StatusUnauthorized:
+			return TesteFalhou, fmt.Sprintf("HTTP %d, esperado 2xx: com %d o Geohub não tenta de novo e a entrega termina na situação Falhou; %s", status, status, fix)
 		default:
-			return TesteFalhou, fmt.Sprintf("HTTP %d, esperado 2xx: o Geohub tentaria de novo até a fila morta, segurando os eventos seguintes do agregado; %s", status, fix)
+			return TesteFalhou, fmt.Sprintf("HTTP %d, esperado 2xx: o Geohub tentaria de novo até esgotar as tentativas (e a entrega terminar na situação Falhou), segurando os eventos seguintes do agregado; %s", status, fix)
 		}
 	}
 }
@@ -405,9 +451,9 @@ func (r *testRun) timing() {
 	case !r.answered && r.timedOut == "":
 		c.Resultado, c.Detalhe = r.noAnswer(errNotRun)
 	case r.timedOut != "":
-		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("sem resposta em %v (na verificação %s): o Geohub conta isso como falha e tenta de novo; responda antes de processar o que for demorado", r.t.Timeout, r.timedOut)
+		c.Resultado, c.Detalhe = TesteFalhou, fmt.Sprintf("sem resposta em %s (na verificação %s): o Geohub conta isso como falha e tenta de novo; responda antes de processar o que for demorado", seconds(r.t.Timeout), r.timedOut)
 	case r.slowest > slowAnswer:
-		c.Resultado, c.Detalhe = TesteAviso, fmt.Sprintf("a resposta mais lenta levou %d ms (na verificação %s); o limite é %v: responda logo e processe depois", r.slowest.Milliseconds(), r.slowID, r.t.Timeout)
+		c.Resultado, c.Detalhe = TesteAviso, fmt.Sprintf("a resposta mais lenta levou %s (na verificação %s); o limite é %s: responda logo e processe depois", seconds(r.slowest), r.slowID, seconds(r.t.Timeout))
 	}
 	r.add(c)
 }
@@ -434,7 +480,17 @@ func (r *testRun) https() {
 func certificateAdvice(cert *x509.Certificate, now time.Time) string {
 	left := cert.NotAfter.Sub(now)
 	if left < 30*24*time.Hour {
-		return fmt.Sprintf("o certificado vence em %s (%d dias): renove-o antes, ou as entregas falham", cert.NotAfter.UTC().Format("02/01/2006"), int(left.Hours()/24))
+		date := cert.NotAfter.UTC().Format("02/01/2006")
+		switch days := int(left.Hours() / 24); {
+		case left <= 0:
+			return fmt.Sprintf("o certificado venceu em %s: renove-o já, ou as entregas falham", date)
+		case days <= 0:
+			return fmt.Sprintf("o certificado vence hoje (%s): renove-o já, ou as entregas falham", date)
+		case days == 1:
+			return fmt.Sprintf("o certificado vence em %s (1 dia): renove-o antes, ou as entregas falham", date)
+		default:
+			return fmt.Sprintf("o certificado vence em %s (%d dias): renove-o antes, ou as entregas falham", date, days)
+		}
 	}
 	return ""
 }

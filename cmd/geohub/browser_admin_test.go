@@ -398,7 +398,7 @@ func TestConsoleAdminRegistro(t *testing.T) {
 	if msg := text(t, ctx, `p.aviso-ok`); !strings.Contains(msg, "jornada:iniciada@1.1.0 descontinuada") {
 		t.Fatalf("flash %q", msg)
 	}
-	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "descontinuado" {
+	if b := text(t, ctx, `.versao-cabecalho .selo`); b != "descontinuada" {
 		t.Fatalf("badge %q", b)
 	}
 	// The deprecation's flash is still on screen while the post is in

@@ -73,7 +73,7 @@ func TestConsoleAuditoria(t *testing.T) {
 	do(t, ctx, "a wrong password for bruna", chromedp.Navigate(base+"/login"), chromedp.WaitVisible(css(`input[name=login]`)),
 		chromedp.SendKeys(css(`input[name=login]`), bruna), chromedp.SendKeys(css(`input[name=senha]`), "nao-e-a-senha-dela"),
 		chromedp.Click(css(`button[type=submit]`)))
-	waitText(t, ctx, `.erro-form`, "login ou senha incorretos")
+	waitText(t, ctx, `.erro-form`, "usuário ou senha incorretos")
 
 	login(t, ctx, base, bruna, brunaSenha)
 	do(t, ctx, "bruna rotates the secret", chromedp.Navigate(base+"/integradores/"+in.ID), chromedp.WaitVisible(css(`h1.com-selo`)),

@@ -150,8 +150,8 @@ func TestConsoleLogin(t *testing.T) {
 			do(t, ctx, "wrong password for "+user, chromedp.Navigate(base+"/login"), chromedp.WaitVisible(css(`input[name=login]`)),
 				chromedp.SendKeys(css(`input[name=login]`), user),
 				chromedp.SendKeys(css(`input[name=senha]`), "errada-errada"), chromedp.Click(css(`button[type=submit]`)))
-			waitText(t, ctx, `.erro-form`, "login ou senha incorretos")
-			if msg := text(t, ctx, `.erro-form`); msg != "login ou senha incorretos" {
+			waitText(t, ctx, `.erro-form`, "usuário ou senha incorretos")
+			if msg := text(t, ctx, `.erro-form`); msg != "usuário ou senha incorretos" {
 				t.Fatalf("%s: message %q", user, msg)
 			}
 		}

@@ -19,7 +19,7 @@ var auditFields = []string{"quem", "acao", "alvo", "inicio", "fim", "sem_cads"}
 // auditLabels say each action in words; the code stays in the title.
 var auditLabels = map[string]string{
 	app.AcaoLogin:                       "Entrou no console",
-	app.AcaoLoginFalhou:                 "Login falhou",
+	app.AcaoLoginFalhou:                 "Entrada recusada",
 	app.AcaoLogout:                      "Saiu do console",
 	app.AcaoOperadorCriar:               "Criou operador",
 	app.AcaoOperadorAtivar:              "Reativou operador",
@@ -83,7 +83,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request) {
 			}
 			switch {
 			case !ok:
-				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
+				l.Errors[k] = periodExample
 			case k == "inicio":
 				f.Inicio = t
 			default:
@@ -163,7 +163,7 @@ func quemText(q app.Actor) string {
 	case app.ActorSistema:
 		return "o próprio Geohub"
 	case app.ActorAnonimo:
-		return "login inexistente"
+		return "usuário inexistente"
 	}
 	return q.Tipo + " " + q.Nome
 }

@@ -40,7 +40,7 @@ func auditPage(p page, v auditView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Auditoria</h1><p class=\"sutil\">Quem fez o quê, quando e de onde: cada mudança feita por operadores, tokens, integradores ou pela linha de comando, cada login, login que falhou e saída, e cada tentativa recusada. Do mais novo para o mais antigo; horários de Brasília. Nada aqui pode ser alterado ou apagado.</p></div></div><form class=\"cartao filtros\" method=\"get\" action=\"/auditoria\" aria-label=\"Filtros\"><label>Quem <input name=\"quem\" value=\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"cabecalho\"><div><h1>Auditoria</h1><p class=\"sutil\">Quem fez o quê, quando e de onde: cada mudança feita por operadores, tokens, integradores ou pela linha de comando, cada entrada, entrada recusada e saída, e cada tentativa recusada. Do mais novo para o mais antigo; horários de Brasília. Nada aqui pode ser alterado ou apagado.</p></div></div><form class=\"cartao filtros\" method=\"get\" action=\"/auditoria\" aria-label=\"Filtros\"><label>Quem <input name=\"quem\" value=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -53,7 +53,7 @@ func auditPage(p page, v auditView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" placeholder=\"login, nome ou id\" size=\"18\"></label> <label>Ação <select name=\"acao\"><option value=\"\">Todas</option> ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" placeholder=\"usuário, nome ou ID\" size=\"18\"></label> <label>Ação <select name=\"acao\"><option value=\"\">Todas</option> ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

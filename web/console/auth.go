@@ -49,7 +49,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// Two empty values are equal: without the emptiness check, a post that
 	// sets the cookie blank (a sibling subdomain can) skips the check.
 	if err != nil || ck.Value == "" || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostFormValue("csrf"))) != 1 {
-		c.forbidden(w, r, nil, "O formulário de login expirou ou não veio desta página. Recarregue a página de login e tente de novo.")
+		c.forbidden(w, r, nil, "O formulário de entrada expirou ou não veio desta página. Recarregue a página de entrada e tente de novo.")
 		return
 	}
 	f := newForm(r, "login")

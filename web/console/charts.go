@@ -35,7 +35,7 @@ func eventBars(ms []app.MinuteCount, bucket time.Duration) (bars []bar, peak int
 			h = 2
 		}
 		bars = append(bars, bar{X: f1(float64(i) * w), Y: f1(chartH - h), W: f1(w * 0.8), H: f1(h),
-			Title: fmt.Sprintf("%s: %s eventos", bucketLabel(m.Minuto, bucket), num(m.N))})
+			Title: bucketLabel(m.Minuto, bucket) + ": " + plural(int(m.N), "evento", "eventos")})
 	}
 	return bars, peak
 }

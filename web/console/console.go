@@ -342,7 +342,7 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
 					app.Errorf(app.EForbidden, "o papel %s não permite esta ação", op.Papel))
 			}
-			c.forbidden(w, r, s, "Seu papel ("+string(op.Papel)+") não permite esta ação.")
+			c.forbidden(w, r, s, "Seu papel ("+labelOrPapel(string(op.Papel))+") não permite esta ação.")
 			return
 		}
 		h(w, r.WithContext(context.WithValue(ctx, sessionKey{}, s)))

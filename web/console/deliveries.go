@@ -49,14 +49,14 @@ func deliveryQuery(r *http.Request) (listQuery, app.DeliveryFilter) {
 		if t, ok := parsePeriod(v); ok {
 			f.CriadoInicio = t
 		} else {
-			l.Errors["criado_inicio"] = "use dia e hora, como 2026-11-30T14:00"
+			l.Errors["criado_inicio"] = periodExample
 		}
 	}
 	if v := l.V("criado_fim"); v != "" {
 		if t, ok := periodEnd(v); ok {
 			f.CriadoFim = t.Add(-time.Millisecond) // both ends included: the minute typed is in
 		} else {
-			l.Errors["criado_fim"] = "use dia e hora, como 2026-11-30T14:00"
+			l.Errors["criado_fim"] = periodExample
 		}
 	}
 	if !f.CriadoInicio.IsZero() && !f.CriadoFim.IsZero() && f.CriadoFim.Before(f.CriadoInicio) {
@@ -359,11 +359,14 @@ func purgedNote(n int) string {
 	return ""
 }
 
-// lastAnswer says how the last attempt went, in a few words.
+// lastAnswer says how the last attempt went, in a few words: the reason in
+// pt-BR, without the network's raw text (each attempt keeps it on the
+// delivery's page).
 func lastAnswer(d app.Delivery) string {
 	switch {
 	case d.UltimoErro != "":
-		return d.UltimoErro
+		reason, _ := splitDetail(d.UltimoErro)
+		return reason
 	case d.UltimoStatus != 0:
 		return "HTTP " + strconv.Itoa(d.UltimoStatus)
 	case d.Tentativas == 0:

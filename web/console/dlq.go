@@ -53,13 +53,13 @@ func (c *Console) showDLQ(w http.ResponseWriter, r *http.Request, status int, er
 		}
 		return 0
 	})
-	c.render(w, r, status, dlqPage(c.page(r, "DLQ", "dlq"), v))
+	c.render(w, r, status, dlqPage(c.page(r, "Falhas internas", "dlq"), v))
 }
 
 func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 	colonia := r.PostFormValue("colonia")
 	if colonia == "" {
-		c.showDLQ(w, r, http.StatusUnprocessableEntity, "Escolha a colônia a reprocessar.")
+		c.showDLQ(w, r, http.StatusUnprocessableEntity, "Escolha o grupo de consumidores a reprocessar.")
 		return
 	}
 	res, err := c.Consumers.ReprocessDLQ(r.Context(), colonia)
@@ -70,7 +70,7 @@ func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 		secs := max(1, int(math.Ceil(e.RetryAfter.Seconds())))
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		c.showDLQ(w, r, http.StatusTooManyRequests, fmt.Sprintf(
-			"A colônia %s foi reprocessada há menos de um minuto, e o reprocessamento é permitido uma vez por minuto por colônia. Tente de novo em %s.",
+			"O grupo de consumidores %s foi reprocessado há menos de um minuto, e o reprocessamento é permitido uma vez por minuto por grupo. Tente de novo em %s.",
 			colonia, seconds(secs)))
 		return
 	case errors.As(err, &e) && e.Code.HTTPStatus() < 500:
@@ -80,10 +80,11 @@ func (c *Console) reprocess(w http.ResponseWriter, r *http.Request) {
 		c.Fail(w, r, err)
 		return
 	}
-	msg := fmt.Sprintf("Colônia %s: nenhuma pendência para reprocessar.", colonia)
+	msg := fmt.Sprintf("Grupo de consumidores %s: nenhuma pendência para reprocessar.", colonia)
 	if res.Reprocessados > 0 {
-		msg = fmt.Sprintf("Colônia %s: %s reprocessadas, %s resolvidas, %s falharam de novo.", colonia,
-			num(int64(res.Reprocessados)), num(int64(res.Resolvidos)), num(int64(res.Falharam)))
+		msg = fmt.Sprintf("Grupo de consumidores %s: %s, %s, %s.", colonia,
+			plural(res.Reprocessados, "reprocessada", "reprocessadas"), plural(res.Resolvidos, "resolvida", "resolvidas"),
+			plural(res.Falharam, "falhou de novo", "falharam de novo"))
 	}
 	c.redirect(w, r, "/dlq", msg)
 }

@@ -136,14 +136,17 @@ type listWords struct {
 	KeyPrefix        string // "#" before a delivery id
 	Older, Newer     string // the links: "Mais antigos", "Mais recentes"
 	OlderN, Recentes string // after a count: "mais antigos", "mais recentes"
+	OlderOne         string // after a count of 1: "mais antigo"
 	None             string // a page without rows
 }
 
 var (
 	eventWords = listWords{Singular: "evento", Plural: "eventos", KeyOne: "sequência", KeyMany: "sequências",
-		Older: "Mais antigos", Newer: "Mais recentes", OlderN: "mais antigos", Recentes: "mais recentes", None: "Nenhum evento aqui."}
+		Older: "Mais antigos", Newer: "Mais recentes", OlderN: "mais antigos", Recentes: "mais recentes", OlderOne: "mais antigo",
+		None: "Nenhum evento aqui."}
 	deliveryWords = listWords{Singular: "entrega", Plural: "entregas", KeyOne: "entrega", KeyMany: "entregas", KeyPrefix: "#",
-		Older: "Mais antigas", Newer: "Mais recentes", OlderN: "mais antigas", Recentes: "mais recentes", None: "Nenhuma entrega aqui."}
+		Older: "Mais antigas", Newer: "Mais recentes", OlderN: "mais antigas", Recentes: "mais recentes", OlderOne: "mais antiga",
+		None: "Nenhuma entrega aqui."}
 )
 
 // pagerText says where a page is: which keys it shows and, where known,
@@ -162,19 +165,20 @@ func pagerText(pg pager, w listWords) string {
 		}
 		return num(int64(n)) + " " + w.Plural
 	}
+	recent := func(n int) string { return plural(n, "mais recente", w.Recentes) }
 	var parts []string
 	switch {
 	case pg.Head && pg.Total <= pg.Shown:
 		parts = append(parts, count(pg.Shown), keys)
 	case pg.Head:
-		parts = append(parts, num(int64(pg.Shown))+" "+w.Recentes+" de "+count(pg.Total)+" ao abrir a página", keys)
+		parts = append(parts, recent(pg.Shown)+" de "+count(pg.Total)+" ao abrir a página", keys)
 	default:
 		parts = append(parts, strings.ToUpper(keys[:1])+keys[1:])
 		if pg.Newer > 0 {
-			parts = append(parts, num(int64(pg.Newer))+" "+w.Recentes+" acima")
+			parts = append(parts, recent(pg.Newer)+" acima")
 		}
 		if pg.Older >= 0 {
-			parts = append(parts, num(int64(pg.Older))+" "+w.OlderN+" abaixo")
+			parts = append(parts, plural(pg.Older, w.OlderOne, w.OlderN)+" abaixo")
 		}
 	}
 	return strings.Join(parts, " · ")
@@ -224,7 +228,7 @@ func eventQuery(r *http.Request) (l listQuery, f app.EventFilter, eventID string
 			if ok {
 				*t = at
 			} else {
-				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
+				l.Errors[k] = periodExample
 			}
 		}
 	}

@@ -411,8 +411,8 @@ func TestOverviewWindows(t *testing.T) {
 		events string // the window's count: the event of five hours ago is in a day, not in an hour
 		want   []string
 	}{
-		{"", "1", []string{"eventos na última hora", "Eventos por minuto", `data-atualizar="/visao-geral?janela=1h"`}},
-		{"1h", "1", []string{"eventos na última hora"}},
+		{"", "1", []string{"evento na última hora", "Eventos por minuto", `data-atualizar="/visao-geral?janela=1h"`}},
+		{"1h", "1", []string{"evento na última hora"}}, // one event: singular
 		{"24h", "2", []string{"eventos nas últimas 24 h", "Eventos por hora", "últimas 24 h", "Só a última hora", `data-intervalo="60000"`}},
 		{"7d", "2", []string{"eventos nos últimos 7 dias", "Eventos por período de 6 h", `data-atualizar="/visao-geral?janela=7d"`}},
 	} {

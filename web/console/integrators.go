@@ -413,6 +413,14 @@ func plural(n int, one, many string) string {
 	return num(int64(n)) + " " + many
 }
 
+// pluralWord is the words after a count shown apart: one for 1, else many.
+func pluralWord(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // clock is a time of today as HH:MM:SS, other days with the date.
 func clock(t, now time.Time) string {
 	if t.In(brt).Format("2006-01-02") == now.In(brt).Format("2006-01-02") {
@@ -675,7 +683,36 @@ func backoffText(steps []string) string {
 	if len(steps) == 0 {
 		return "padrão: 1 min, dobrando até 1 h, 10 tentativas"
 	}
-	return strings.Join(steps, ", ") + " (" + strconv.Itoa(len(steps)+1) + " tentativas)"
+	words := make([]string, len(steps))
+	for i, step := range steps {
+		words[i] = stepText(step)
+	}
+	return strings.Join(words, ", ") + " (" + strconv.Itoa(len(steps)+1) + " tentativas)"
+}
+
+// stepText is one backoff step for people ("5 s", "2 min", "1 h 30 min"),
+// or the step as typed when it is not a Go duration.
+func stepText(step string) string {
+	d, err := time.ParseDuration(strings.TrimSpace(step))
+	if err != nil || d < 0 {
+		return step
+	}
+	if d < time.Second {
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	}
+	var parts []string
+	h, m, sec := int64(d/time.Hour), int64(d%time.Hour/time.Minute), d%time.Minute
+	if h > 0 {
+		parts = append(parts, num(h)+" h")
+	}
+	if m > 0 {
+		parts = append(parts, strconv.FormatInt(m, 10)+" min")
+	}
+	if sec > 0 {
+		s := strconv.FormatFloat(sec.Seconds(), 'f', -1, 64)
+		parts = append(parts, strings.Replace(s, ".", ",", 1)+" s")
+	}
+	return strings.Join(parts, " ")
 }
 
 // Text says in words what the receiver answered to a verificar.
@@ -683,16 +720,40 @@ func (v verification) Text() string {
 	a := v.Attempt
 	switch {
 	case v.OK && v.Reactivated:
-		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms. O integrador foi reativado e volta a receber eventos.", a.StatusCode, a.DuracaoMS)
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %s. O integrador foi reativado e volta a receber eventos.", a.StatusCode, durationMS(a.DuracaoMS))
 	case v.OK:
-		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms: assinatura aceita e callback funcionando.", a.StatusCode, a.DuracaoMS)
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %s: assinatura aceita e callback funcionando.", a.StatusCode, durationMS(a.DuracaoMS))
 	case a.Erro != "":
-		return fmt.Sprintf("Não foi possível falar com o receptor (após %d ms). Nada foi alterado no integrador.", a.DuracaoMS)
+		return fmt.Sprintf("Não foi possível falar com o receptor (após %s). Nada foi alterado no integrador.", durationMS(a.DuracaoMS))
 	default:
-		return fmt.Sprintf("O receptor respondeu HTTP %d em %d ms; só uma resposta 2xx confirma o callback. Nada foi alterado no integrador.", a.StatusCode, a.DuracaoMS)
+		return fmt.Sprintf("O receptor respondeu HTTP %d em %s; só uma resposta 2xx confirma o callback. Nada foi alterado no integrador.", a.StatusCode, durationMS(a.DuracaoMS))
 	}
 }
 
+// statusLabels name in pt-BR the HTTP codes receivers answer most.
+var statusLabels = map[int]string{
+	http.StatusBadRequest:            "requisição inválida",
+	http.StatusUnauthorized:          "não autorizado",
+	http.StatusForbidden:             "proibido",
+	http.StatusNotFound:              "não encontrado",
+	http.StatusRequestTimeout:        "tempo esgotado",
+	http.StatusConflict:              "conflito",
+	http.StatusGone:                  "removido",
+	http.StatusRequestEntityTooLarge: "corpo grande demais",
+	http.StatusUnsupportedMediaType:  "tipo de conteúdo não aceito",
+	http.StatusUnprocessableEntity:   "conteúdo inválido",
+	http.StatusTooManyRequests:       "muitas requisições",
+	http.StatusInternalServerError:   "erro interno",
+	http.StatusBadGateway:            "gateway inválido",
+	http.StatusServiceUnavailable:    "serviço indisponível",
+	http.StatusGatewayTimeout:        "gateway sem resposta",
+}
+
+// httpStatus is a code with its pt-BR label when it has one:
+// "503 (serviço indisponível)"; other codes, the number alone.
 func httpStatus(code int) string {
-	return strconv.Itoa(code) + " " + http.StatusText(code)
+	if label, ok := statusLabels[code]; ok {
+		return strconv.Itoa(code) + " (" + label + ")"
+	}
+	return strconv.Itoa(code)
 }

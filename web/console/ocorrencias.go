@@ -53,12 +53,24 @@ var ocorrenciaStatuses = []string{ocorrencia.Aberta, ocorrencia.EmAtendimento, o
 
 var ocorrenciaFields = []string{"status", "natureza", "integrador", "registrada_inicio", "registrada_fim"}
 
-// periodLayouts are what a datetime-local or date input sends, in Brasília.
-var periodLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02"}
+// periodLayouts are what a datetime-local or date input sends, and what a
+// person types as in the error's example (30/11/2026 14:00), in Brasília,
+// each with the precision it names.
+var periodLayouts = []struct {
+	layout string
+	unit   time.Duration
+}{
+	{"2006-01-02T15:04", time.Minute}, {"2006-01-02T15:04:05", time.Second}, {"2006-01-02", 24 * time.Hour},
+	{"02/01/2006 15:04", time.Minute}, {"02/01/2006 15:04:05", time.Second}, {"02/01/2006", 24 * time.Hour},
+}
+
+// periodExample is the error of a period that does not parse.
+const periodExample = "use dia e hora, como 30/11/2026 14:00"
 
 func parsePeriod(v string) (time.Time, bool) {
-	for _, layout := range periodLayouts {
-		if t, err := time.ParseInLocation(layout, v, brt); err == nil {
+	v = strings.TrimSpace(v)
+	for _, p := range periodLayouts {
+		if t, err := time.ParseInLocation(p.layout, v, brt); err == nil {
 			return t, true
 		}
 	}
@@ -73,10 +85,10 @@ func parsePeriod(v string) (time.Time, bool) {
 // instant after what it names: "até 14:41" includes 14:41:59, "até
 // 30/11" the whole day. A full RFC 3339 time names one millisecond.
 func periodEnd(v string) (time.Time, bool) {
-	for layout, unit := range map[string]time.Duration{"2006-01-02T15:04": time.Minute,
-		"2006-01-02T15:04:05": time.Second, "2006-01-02": 24 * time.Hour} {
-		if t, err := time.ParseInLocation(layout, v, brt); err == nil {
-			return t.Add(unit), true
+	v = strings.TrimSpace(v)
+	for _, p := range periodLayouts {
+		if t, err := time.ParseInLocation(p.layout, v, brt); err == nil {
+			return t.Add(p.unit), true
 		}
 	}
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
@@ -97,7 +109,7 @@ func ocorrenciaQuery(r *http.Request) (listQuery, ocorrencia.Filter) {
 				t, ok = periodEnd(v) // [início, fim): the minute typed is in
 			}
 			if !ok {
-				l.Errors[k] = "use dia e hora, como 2026-11-30T14:00"
+				l.Errors[k] = periodExample
 			} else if k == "registrada_inicio" {
 				f.Inicio = t
 			} else {

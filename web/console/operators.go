@@ -14,7 +14,7 @@ var papeis = []app.Papel{app.PapelLeitor, app.PapelOperador, app.PapelAdmin}
 // papelHint says what each role may do, beside the select.
 var papelHint = map[app.Papel]string{
 	app.PapelLeitor:   "só consulta",
-	app.PapelOperador: "consulta, reenvia entregas e reprocessa a DLQ",
+	app.PapelOperador: "consulta, reenvia entregas e reprocessa as falhas internas",
 	app.PapelAdmin:    "tudo, inclusive integradores, registro e operadores",
 }
 
@@ -75,7 +75,7 @@ func (c *Console) setOperatorActive(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := "Conta reativada: a pessoa pode entrar de novo."
 	if !ativo {
-		msg = "Conta desativada: as sessões dela foram encerradas e o login é recusado até que seja reativada."
+		msg = "Conta desativada: as sessões dela foram encerradas e a entrada é recusada até que seja reativada."
 	}
 	c.redirect(w, r, "/operadores", msg)
 }

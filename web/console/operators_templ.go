@@ -388,9 +388,9 @@ func operatorActiveForm(p page, o app.Operator) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var15 string
-			templ_7745c5c3_Var15, templ_7745c5c3_Err = templruntime.NewAttributeExpression("Desativar a conta " + o.Login + "? As sessões dela são encerradas agora e o login passa a ser recusado.").Resolve(ctx)
+			templ_7745c5c3_Var15, templ_7745c5c3_Err = templruntime.NewAttributeExpression("Desativar a conta " + o.Login + "? As sessões dela são encerradas agora e a entrada passa a ser recusada.").Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/operators.templ`, Line: 117, Col: 220}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/operators.templ`, Line: 117, Col: 222}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var15)
 			if templ_7745c5c3_Err != nil {

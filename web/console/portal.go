@@ -344,10 +344,11 @@ func (c *Console) portalRedeliver(w http.ResponseWriter, r *http.Request) {
 		c.showPortalHome(w, r, app.Public(err).Code.HTTPStatus(), portalResult{Erro: app.Public(err).Message})
 		return
 	}
-	msg := strconv.Itoa(res.Reenviadas) + " entregas postas de novo na fila, em ordem, com o mesmo corpo e a mesma sequência."
-	if res.Expurgadas > 0 {
-		msg += " " + strconv.Itoa(res.Expurgadas) + " não podem mais ser reenviadas: o corpo delas já foi expurgado."
+	msg := num(int64(res.Reenviadas)) + " entregas postas de novo na fila, em ordem, com o mesmo corpo e a mesma sequência."
+	if res.Reenviadas == 1 {
+		msg = "1 entrega posta de novo na fila, com o mesmo corpo e a mesma sequência."
 	}
+	msg += purgedNote(res.Expurgadas)
 	c.showPortalHome(w, r, http.StatusOK, portalResult{OK: msg})
 }
 
@@ -404,13 +405,25 @@ func answerAdvice(a app.Attempt) string {
 	case s == http.StatusNotFound || s == http.StatusMethodNotAllowed:
 		return "O receptor não tem esta rota para POST. Confira a URL de callback do cadastro."
 	case s == http.StatusTooManyRequests || s >= 500:
-		return "Erro ou sobrecarga no receptor: o Geohub tenta de novo conforme o backoff. Veja o log do receptor."
+		return "Erro ou sobrecarga no receptor: o Geohub tenta de novo conforme a espera entre tentativas. Veja os registros do receptor."
 	case s >= 300 && s < 400:
 		return "O receptor redirecionou: o Geohub não segue redirecionamentos. Cadastre a URL final."
 	case s != 0:
-		return "O receptor recusou a entrega com HTTP " + strconv.Itoa(s) + ": uma recusa 4xx é definitiva e a entrega vai para a fila morta."
+		return "O receptor recusou a entrega com HTTP " + strconv.Itoa(s) + ": o Geohub tenta de novo conforme a espera entre tentativas, até esgotá-las; só 400 e 401 encerram a entrega na hora, na situação Falhou. Veja os registros do receptor."
 	}
 	return "Sem resposta do receptor."
+}
+
+// portalCount says how many deliveries the home page's filter found, of
+// which the table shows the newest 50.
+func portalCount(total int) string {
+	switch total {
+	case 0:
+		return "Nenhuma entrega."
+	case 1:
+		return "1 entrega, abaixo."
+	}
+	return plural(total, "entrega", "entregas") + "; abaixo, as mais recentes (até 50)."
 }
 
 // issuePortalLink makes a sign-in link and shows it once on the

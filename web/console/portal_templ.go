@@ -656,15 +656,15 @@ func portalHomePage(p portalPage, in app.Integrator, f portalFilter, deliveries 
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var30 string
-			templ_7745c5c3_Var30, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(deliveries.Total))
+			templ_7745c5c3_Var30, templ_7745c5c3_Err = templ.JoinStringErrs(portalCount(deliveries.Total))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 183, Col: 52}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 183, Col: 51}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var30))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 64, " entregas; as 50 mais recentes abaixo.</p><div class=\"tabela-wrap\"><table class=\"dados\" data-entregas><thead><tr><th>Entrega</th><th>Tipo</th><th>Agregado</th><th>Seq.</th><th>Situação</th><th>Última resposta</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 64, "</p><div class=\"tabela-wrap\"><table class=\"dados\" data-entregas><thead><tr><th>Entrega</th><th>Tipo</th><th>Agregado</th><th>Seq.</th><th>Situação</th><th>Última resposta</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -1252,9 +1252,9 @@ func portalCataloguePage(p portalPage, types []app.TypeVersion) templ.Component 
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var65 string
-				templ_7745c5c3_Var65, templ_7745c5c3_Err = templ.JoinStringErrs(t.Status)
+				templ_7745c5c3_Var65, templ_7745c5c3_Err = templ.JoinStringErrs(typeStatusLabel(t.Status))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 256, Col: 42}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 256, Col: 59}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var65))
 				if templ_7745c5c3_Err != nil {
@@ -1267,7 +1267,7 @@ func portalCataloguePage(p portalPage, types []app.TypeVersion) templ.Component 
 				var templ_7745c5c3_Var66 string
 				templ_7745c5c3_Var66, templ_7745c5c3_Err = templ.JoinStringErrs(t.Audiencia)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 256, Col: 72}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `console/portal.templ`, Line: 256, Col: 89}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var66))
 				if templ_7745c5c3_Err != nil {

@@ -71,11 +71,14 @@ func (c *Console) setTypeStatus(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, typeURL(tipo), msg)
 }
 
-// typeStatusLabel is a type version's status in the console's words; the
-// API keeps its wire value (deprecado).
+// typeStatusLabel is a type version's status in the console's words, in
+// agreement with "versão"; the API keeps its wire value (deprecado).
 func typeStatusLabel(status string) string {
-	if status == app.StatusDeprecado {
-		return "descontinuado"
+	switch status {
+	case app.StatusAtivo:
+		return "ativa"
+	case app.StatusDeprecado:
+		return "descontinuada"
 	}
 	return status
 }

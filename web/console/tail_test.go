@@ -484,7 +484,7 @@ func TestDLQPageAndReprocess(t *testing.T) {
 	}
 	b.failing.Store(false)
 	res, _ := post(t, admin, b.srv.URL+"/dlq/reprocessar", url.Values{"csrf": {csrf}, "colonia": {"folha"}})
-	if msg := flashOf(t, admin, b.srv.URL, res); !strings.Contains(msg, "1 resolvidas") {
+	if msg := flashOf(t, admin, b.srv.URL, res); !strings.Contains(msg, "1 resolvida,") {
 		t.Fatalf("reprocess: %s", msg)
 	}
 	res, page = post(t, admin, b.srv.URL+"/dlq/reprocessar", url.Values{"csrf": {csrf}, "colonia": {"folha"}})
