@@ -70,7 +70,7 @@ func cutValue(v json.RawMessage) json.RawMessage {
 // the budget a refusal is still answered, only not recorded; the next one
 // recorded says how many were not.
 const (
-	refusalBudget = 30 // per actor per window
+	refusalBudget = 30 // per address per window
 	refusalWindow = time.Minute
 )
 

@@ -264,10 +264,12 @@ func (t *AuditTrail) List(ctx context.Context, quem string, f AuditFilter) (Audi
 }
 
 // Refused records that ctx's actor was refused acao on alvo by err before
-// any service ran.
-// At most refusalBudget a minute are recorded per actor (per address for
-// a request without one); the next one recorded counts those that were
-// not (recusas_nao_registradas).
+// any service ran. A credential's refusals are each recorded, by name: the
+// edge bounds how many a credential can have (Refusals), so junk cannot
+// spend a budget that a refused change then misses (issue 26, L2). A
+// request without one (its address is all there is) records at most
+// refusalBudget a minute per address; the next one recorded counts those
+// that were not (recusas_nao_registradas).
 func (t *AuditTrail) Refused(ctx context.Context, acao string, alvo AuditTarget, err error) {
 	if t == nil || t.Store == nil {
 		return
@@ -276,17 +278,16 @@ func (t *AuditTrail) Refused(ctx context.Context, acao string, alvo AuditTarget,
 		return
 	}
 	a := ActorOf(ctx)
-	key := a.Tipo + " " + a.ID
+	dropped := 0
 	if a.ID == "" {
-		key = "endereco " + a.Endereco
-	}
-	now := time.Now
-	if t.Now != nil {
-		now = t.Now
-	}
-	ok, dropped := t.refusals.admit(key, now())
-	if !ok {
-		return
+		now := time.Now
+		if t.Now != nil {
+			now = t.Now
+		}
+		var ok bool
+		if ok, dropped = t.refusals.admit("endereco "+a.Endereco, now()); !ok {
+			return
+		}
 	}
 	e := NewAudit(ctx, acao, alvo)
 	if dropped > 0 {

@@ -85,6 +85,10 @@ type Commands struct {
 		EventLog
 		CommandLocker
 	}
+	// Audit records the refusals that come before a command runs (its
+	// x-solicitacao-id malformed or reused with another body), which no
+	// outcome records.
+	Audit AuditLog
 	// Key is the HMAC key of the body digest that tells a retry from a
 	// different command under the same id.
 	Key []byte
@@ -120,10 +124,19 @@ type motivo struct {
 // whose code is a refusal (4xx), which is recorded and published as
 // integracao:comando-recusado. Any other error (the database, a bug) is
 // returned without recording anything, so a retry runs the command again.
-func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (Outcome, error) {
+func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error)) (_ Outcome, err error) {
 	if (cmd.Integrador == "") == (cmd.Operador == "") {
 		return Outcome{}, fmt.Errorf("a command needs exactly one requester, integrator %q or operator %q", cmd.Integrador, cmd.Operador)
 	}
+	ran := false
+	defer func() {
+		if !ran {
+			// Refused before it ran: no outcome says so, this entry does
+			// (issue 26, L4).
+			acao, alvo := commandAction(cmd)
+			recordRefusal(ctx, c.Audit, NewAudit(ctx, acao, alvo, Set("solicitacao", cmd.Solicitacao)), err)
+		}
+	}()
 	sol, ok := canonicalUUID(cmd.Solicitacao)
 	if !ok {
 		return Outcome{}, Errorf(EMalformed, "cabeçalho x-solicitacao-id ausente ou inválido: use um UUID novo por comando")
@@ -155,6 +168,7 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 		return Outcome{}, err
 	}
 
+	ran = true
 	res, err := exec(ctx)
 	record := commandRecord{Metodo: cmd.Metodo, Rota: cmd.Rota, CorpoHMAC: digest}
 	// The requester gets its own body back in the outcome, unless that would

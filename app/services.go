@@ -91,6 +91,9 @@ type Services struct {
 	Deliveries  *Deliveries
 	AuditTrail  *AuditTrail
 	Stats       *Stats
+	// Refusals bounds each credential's refused requests, at the edges
+	// (web and console) that know the credential.
+	Refusals *Refusals
 	// Leader elects the replica that runs the periodic duties (SPEC 12):
 	// the dispatcher's reaper and purges, auto-disable, and the in-process
 	// consumers. On SQLite the store always grants it. The stats loop is no
@@ -162,7 +165,8 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Portal:      &Portal{Store: db, Integrators: integrators, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey)},
 		Integrators: integrators,
 		Publisher:   publisher,
-		Commands:    &Commands{Publisher: publisher, Log: db, Key: keys.Command(d.MasterKey), Now: d.Now},
+		Commands:    &Commands{Publisher: publisher, Log: db, Audit: db, Key: keys.Command(d.MasterKey), Now: d.Now},
+		Refusals:    &Refusals{Now: d.Now},
 		Consumers:   &Consumers{Log: db, Store: db, Now: d.Now, Logger: d.Logger, Metrics: metrics},
 		Queries:     &Queries{Log: db, Store: db},
 		AuditTrail:  &AuditTrail{Store: db, Now: d.Now},

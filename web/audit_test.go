@@ -540,7 +540,7 @@ func TestAuditRecordsEachConsoleAction(t *testing.T) {
 		audCheck(t, rows[1], audExpect{quemTipo: app.ActorOperador, quemID: adminOp.ID, quemNome: "admin",
 			endereco: "203.0.113.9", resultado: app.AuditRecusado, codigo: app.EUnauthorized, detalhe: "senha incorreta"})
 		audCheck(t, rows[0], audExpect{quemTipo: app.ActorAnonimo, endereco: "203.0.113.9", resultado: app.AuditRecusado,
-			detalhe: "login desconhecido"})
+			detalhe: "usuário desconhecido"})
 		if strings.Contains(fmt.Sprint(rows), "ninguem") || strings.Contains(fmt.Sprint(rows), "errada") {
 			t.Fatalf("what was typed reached the trail: %+v", rows)
 		}
@@ -675,9 +675,10 @@ func TestAuditNoOKRowWithoutItsChange(t *testing.T) {
 }
 
 // A leitor refused on a path of its choosing adds one bounded row per
-// request, and at most 30 a minute: the trail is kept forever, so its
-// growth is not the caller's to choose. The next row recorded says how
-// many refusals were not.
+// request, each named, and only as long as it has refusals left
+// (app.RefusalBurst, back at app.RefusalRate): then every request of its
+// token is 429 at once and records nothing. The trail is kept forever, so
+// its growth is not the caller's to choose (issue 26, M3 and L2).
 func TestRefusalsCannotGrowTheTrailWithoutBound(t *testing.T) {
 	ctx := t.Context()
 	clock := storetest.NewClock(time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC))
@@ -688,9 +689,9 @@ func TestRefusalsCannotGrowTheTrailWithoutBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refuse := func(path string) {
+	send := func(method, path string) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+path, nil)
+		req, _ := http.NewRequestWithContext(ctx, method, hs.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer "+secret)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -698,35 +699,54 @@ func TestRefusalsCannotGrowTheTrailWithoutBound(t *testing.T) {
 		}
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		if res.StatusCode != http.StatusForbidden {
+		return res
+	}
+	refuse := func(path string) {
+		t.Helper()
+		if res := send("POST", path); res.StatusCode != http.StatusForbidden {
 			t.Fatalf("%s: %d, want 403", path[:min(len(path), 60)], res.StatusCode)
 		}
 	}
-	// 40 refusals of 900 KB each: ten past the minute's 30, enough to see
-	// the cap and the count, without parsing 90 MB of paths under -race.
+	rowsOf := func() []app.AuditEntry {
+		t.Helper()
+		rows, _, err := k.DB.AuditEntries(ctx, app.AuditFilter{QuemID: tok.ID, Limite: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	// Paths of 900 KB a few times, to see each row bounded, without
+	// parsing 54 MB of paths under -race.
 	long := "/api/integradores/" + strings.Repeat("A", 900_000) + "/verificar"
-	for range 40 {
-		refuse(long)
+	for i := range app.RefusalBurst {
+		if i < 5 {
+			refuse(long)
+		} else {
+			refuse(fmt.Sprintf("/api/integradores/x%d/verificar", i))
+		}
 	}
-	rows, _, err := k.DB.AuditEntries(ctx, app.AuditFilter{QuemID: tok.ID, Limite: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := rowsOf()
 	size := 0
 	for _, r := range rows {
 		size += r.Size()
 	}
-	if len(rows) != 30 || size > 30*2048 {
-		t.Fatalf("40 refusals in a minute stored %d rows of %d bytes in all; want 30, each within 2 KiB", len(rows), size)
+	if len(rows) != app.RefusalBurst || size > app.RefusalBurst*2048 {
+		t.Fatalf("%d refusals stored %d rows of %d bytes in all; want one each, each within 2 KiB", app.RefusalBurst, len(rows), size)
 	}
-	clock.Set(clock.Now().Add(time.Minute))
+	// Out of refusals: 429 at once, even for a read it may make, and no row.
+	for _, req := range [][2]string{{"POST", long}, {"GET", "/api/events"}} {
+		res := send(req[0], req[1])
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("%s past the refusals: %d, Retry-After %q", req[0], res.StatusCode, res.Header.Get("Retry-After"))
+		}
+	}
+	if n := len(rowsOf()); n != app.RefusalBurst {
+		t.Fatalf("the 429s stored %d rows", n-app.RefusalBurst)
+	}
+	// One comes back every 1/RefusalRate, and its refusal is recorded by name.
+	clock.Set(clock.Now().Add(time.Duration(float64(time.Second) / app.RefusalRate)))
 	refuse("/api/integradores/x/verificar")
-	rows, _, err = k.DB.AuditEntries(ctx, app.AuditFilter{QuemID: tok.ID, Limite: 1})
-	if err != nil || len(rows) != 1 {
-		t.Fatal(err)
-	}
-	if got := rows[0]; got.Alvo.ID != "POST /api/integradores/x/verificar" || len(got.Campos) != 1 ||
-		got.Campos[0].Campo != "recusas_nao_registradas" || string(got.Campos[0].Para) != "10" {
-		t.Fatalf("the next refusal recorded reads %+v; want it to count the 10 not recorded", got)
+	if rows := rowsOf(); len(rows) != app.RefusalBurst+1 || rows[0].Alvo.ID != "POST /api/integradores/x/verificar" {
+		t.Fatalf("the refusal after the wait: %d rows, newest %+v", len(rows), rows[0])
 	}
 }

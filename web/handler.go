@@ -55,7 +55,7 @@ func NewHandler(svc *app.Services, o Options) *Handler {
 	api := &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
 		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: o.Ocorrencias,
 		Audit: svc.AuditTrail, Console: cons.Handler(), Logger: svc.Logger, Gatherer: o.Gatherer, Ready: svc.Ready,
-		TrustedProxies: o.TrustedProxies, Heavy: limit}
+		TrustedProxies: o.TrustedProxies, Heavy: limit, Refusals: svc.Refusals}
 	return &Handler{API: api, Console: cons, mux: api.Handler()}
 }
 

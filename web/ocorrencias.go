@@ -32,7 +32,7 @@ func (s *Server) keyed(active bool, h func(w http.ResponseWriter, r *http.Reques
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: s.remoteAddr(r)})
-		h(w, r.WithContext(ctx), in)
+		s.limitRefusals("integrador:"+in.ID, w, r.WithContext(ctx), func(w http.ResponseWriter, r *http.Request) { h(w, r, in) })
 	})
 }
 
@@ -65,6 +65,9 @@ func (s *Server) command(run func(ctx context.Context, cmd app.Command, r *http.
 			var maxErr *http.MaxBytesError
 			if errors.As(err, &maxErr) {
 				err = app.Errorf(app.ETooLarge, "corpo maior que %d bytes", maxErr.Limit)
+				// Refused before the command runs: named here, as a
+				// refused command would be (issue 26, L4).
+				s.Audit.Refused(r.Context(), app.AcaoComando, routeTarget(r), err)
 			}
 			s.Fail(w, r, err)
 			return

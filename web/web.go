@@ -23,6 +23,7 @@ import (
 	"geohub/app/ocorrencia"
 	"geohub/web/heavy"
 	"geohub/web/proxy"
+	"geohub/web/refused"
 )
 
 // MaxBodyBytes caps every request body.
@@ -55,6 +56,9 @@ type Server struct {
 	// Heavy bounds the responses that carry stored records; serve gives
 	// the console the same one.
 	Heavy *heavy.Limit
+	// Refusals answers 429 to a credential refused too often, before its
+	// request runs (app.Refusals).
+	Refusals *app.Refusals
 }
 
 // Handler returns the routes of SPEC sections 4.4, 5 and 10.
@@ -183,16 +187,24 @@ func (s *Server) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		// The token is the author of whatever the request changes.
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorToken, ID: t.ID, Nome: t.Nome, Papel: t.Papel,
 			Endereco: s.remoteAddr(r)})
-		if err := app.Allow(t, roles...); err != nil {
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				s.Audit.Refused(ctx, app.AcaoAcessoNegado, routeTarget(r), err)
+		s.limitRefusals("token:"+t.ID, w, r.WithContext(ctx), func(w http.ResponseWriter, r *http.Request) {
+			if err := app.Allow(t, roles...); err != nil {
+				if r.Method != http.MethodGet && r.Method != http.MethodHead {
+					s.Audit.Refused(r.Context(), app.AcaoAcessoNegado, routeTarget(r), err)
+				}
+				s.Fail(w, r, err)
+				return
 			}
-			s.Fail(w, r, err)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-		h(w, r.WithContext(context.WithValue(ctx, tokenKey{}, t)))
+			r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+			h(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, t)))
+		})
 	})
+}
+
+// limitRefusals runs next unless the credential key was refused too often
+// (package refused).
+func (s *Server) limitRefusals(key string, w http.ResponseWriter, r *http.Request, next http.HandlerFunc) {
+	refused.Limit(s.Refusals, key, w, r, next, s.Fail)
 }
 
 type tokenKey struct{}

@@ -28,6 +28,7 @@ import (
 	"geohub/app/ocorrencia"
 	"geohub/web/heavy"
 	"geohub/web/proxy"
+	"geohub/web/refused"
 )
 
 //go:generate go tool templ generate
@@ -75,6 +76,9 @@ type Console struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 	Metrics *app.Metrics
+	// Refusals answers 429 to an operator refused too often (package
+	// refused), as the API does to a token.
+	Refusals *app.Refusals
 
 	tails tails
 	feeds feeds
@@ -87,7 +91,7 @@ func New(svc *app.Services, oc *ocorrencia.Service) *Console {
 	return &Console{Sessions: svc.Sessions, Portal: svc.Portal, Queries: svc.Queries, Deliveries: svc.Deliveries,
 		Integrators: svc.Integrators, Registry: svc.Registry, Consumers: svc.Consumers, Ocorrencias: oc,
 		Stats: svc.Stats, Audit: svc.AuditTrail, EventsChanged: svc.EventsChanged, AttemptsChanged: svc.AttemptsChanged,
-		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Metrics: svc.Metrics, Heavy: heavy.New(heavy.Total)}
+		Attempts: svc.Store, Logger: svc.Logger, Now: svc.Now, Metrics: svc.Metrics, Refusals: svc.Refusals, Heavy: heavy.New(heavy.Total)}
 }
 
 // heavy runs h inside one of the operator's slots (package heavy).
@@ -327,25 +331,28 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		// The signed-in operator is the author of whatever the request changes.
 		addr, _ := c.TrustedProxies.Client(r)
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorOperador, ID: op.ID, Nome: op.Login, Papel: op.Papel, Endereco: addr})
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-			if !c.Sessions.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
-				const msg = "O formulário expirou ou não veio desta página (token CSRF inválido). Recarregue a página e tente de novo."
-				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
-					app.Errorf(app.EForbidden, "token CSRF inválido"))
-				c.forbidden(w, r, s, msg)
+		ctx = context.WithValue(ctx, sessionKey{}, s)
+		refused.Limit(c.Refusals, "operador:"+op.ID, w, r.WithContext(ctx), func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+				if !c.Sessions.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
+					const msg = "O formulário expirou ou não veio desta página (token CSRF inválido). Recarregue a página e tente de novo."
+					c.Audit.Refused(r.Context(), app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
+						app.Errorf(app.EForbidden, "token CSRF inválido"))
+					c.forbidden(w, r, s, msg)
+					return
+				}
+			}
+			if !allowed(s, roles) {
+				if r.Method == http.MethodPost {
+					c.Audit.Refused(r.Context(), app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
+						app.Errorf(app.EForbidden, "o papel %s não permite esta ação", op.Papel))
+				}
+				c.forbidden(w, r, s, "Seu papel ("+labelOrPapel(string(op.Papel))+") não permite esta ação.")
 				return
 			}
-		}
-		if !allowed(s, roles) {
-			if r.Method == http.MethodPost {
-				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
-					app.Errorf(app.EForbidden, "o papel %s não permite esta ação", op.Papel))
-			}
-			c.forbidden(w, r, s, "Seu papel ("+labelOrPapel(string(op.Papel))+") não permite esta ação.")
-			return
-		}
-		h(w, r.WithContext(context.WithValue(ctx, sessionKey{}, s)))
+			h(w, r)
+		}, c.Fail)
 	})
 }
 

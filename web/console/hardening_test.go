@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"geohub/app"
 	"geohub/store/storetest"
 	"geohub/web/proxy"
 )
@@ -183,5 +184,33 @@ func TestStaticServesFilesOnly(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/css") || css == "" ||
 		res.Header.Get("X-Content-Type-Options") != "nosniff" {
 		t.Fatalf("the stylesheet: %d %v", res.StatusCode, res.Header)
+	}
+}
+
+// An operator refused on the console spends the same refusals as a token on
+// the API (issue 26, M3): past them every request of the account is 429 at
+// once, and nothing more reaches the audit trail.
+func TestConsoleRefusalsAreBoundedPerAccount(t *testing.T) {
+	b := newTailBench(t)
+	c, csrf := b.operator(t, "leitora", app.PapelLeitor)
+	refused := 0
+	for range app.RefusalBurst + 5 {
+		res, _ := post(t, c, b.srv.URL+"/integradores", url.Values{"csrf": {csrf}, "nome": {"x"}})
+		switch res.StatusCode {
+		case http.StatusForbidden:
+			refused++
+		case http.StatusTooManyRequests:
+			if res.Header.Get("Retry-After") == "" {
+				t.Fatal("a 429 without Retry-After")
+			}
+		default:
+			t.Fatalf("a leitor's admin form: %d", res.StatusCode)
+		}
+	}
+	if refused != app.RefusalBurst {
+		t.Fatalf("%d refusals answered before the 429s, want %d", refused, app.RefusalBurst)
+	}
+	if res, _ := get(t, c, b.srv.URL+"/eventos"); res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a page past the refusals: %d", res.StatusCode)
 	}
 }

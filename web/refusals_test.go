@@ -1,0 +1,88 @@
+package web_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"geohub/app"
+)
+
+// A CAD's key refused in a burst is answered 429 once its refusals run
+// out, and from then on nothing more is recorded: the outside review sent
+// 131 refused commands a second and got 117 MB a minute of audit and log
+// rows that are never deleted (issue 26, M3). The other key is untouched.
+func TestRefusedCommandsAreBoundedPerKey(t *testing.T) {
+	t.Parallel()
+	e := cmdSetup(t)
+	logged := func() int { return len(e.events(t, app.EventFilter{Tipo: app.TipoComandoRecusado})) }
+	audited := func() int {
+		rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{QuemID: e.A.ID, Limite: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	bad := map[string]any{"recurso": map[string]any{"identificador": ""}}
+	limited := 0
+	for range 320 {
+		res := e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", bad)
+		switch res.Status {
+		case http.StatusUnprocessableEntity:
+		case http.StatusTooManyRequests:
+			limited++
+			if res.Header.Get("Retry-After") == "" {
+				t.Fatal("a 429 without Retry-After")
+			}
+		default:
+			t.Fatalf("a refused command answered %d: %s", res.Status, res.Body)
+		}
+	}
+	if limited == 0 {
+		t.Fatal("320 refused commands in a burst, none answered 429")
+	}
+	if n := logged(); n > app.RefusalBurst {
+		t.Fatalf("%d comando-recusado events for a burst of 320, want at most %d", n, app.RefusalBurst)
+	}
+	if n := audited(); n > app.RefusalBurst {
+		t.Fatalf("%d audit rows for a burst of 320, want at most %d", n, app.RefusalBurst)
+	}
+	t.Logf("320 refused commands: %d answered 429, %d recorded", limited, logged())
+	// Another CAD is not held back by the first one's refusals.
+	res := e.cmd(t, e.B.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "incendio"})
+	if res.Status != http.StatusCreated {
+		t.Fatalf("the other key: %d %s", res.Status, res.Body)
+	}
+}
+
+// The refusals that come before a command runs leave an audit row too,
+// naming the route or the command: a reused x-solicitacao-id with another
+// body (409), a missing one (400), a body past the limit (413) (issue 26,
+// L4).
+func TestCommandsRefusedBeforeTheyRunAreAudited(t *testing.T) {
+	t.Parallel()
+	e := cmdSetup(t)
+	sol := uuid.NewString()
+	e.cmd(t, e.A.APIKey, sol, "/api/ocorrencias", map[string]any{"natureza": "incendio"}).want(t, http.StatusCreated)
+	e.cmd(t, e.A.APIKey, sol, "/api/ocorrencias", map[string]any{"natureza": "alagamento"}).want(t, http.StatusConflict)
+	e.cmd(t, e.A.APIKey, "", "/api/ocorrencias", map[string]any{"natureza": "incendio"}).want(t, http.StatusBadRequest)
+	big := `{"natureza": "` + strings.Repeat("x", 2<<20) + `"}`
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", big).want(t, http.StatusRequestEntityTooLarge)
+	rows, _, err := e.DB.AuditEntries(t.Context(), app.AuditFilter{QuemID: e.A.ID, Limite: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[app.Code]bool{}
+	for _, r := range rows {
+		if r.Resultado == app.AuditRecusado {
+			codes[r.Codigo] = true
+		}
+	}
+	for _, want := range []app.Code{app.EConflict, app.EMalformed, app.ETooLarge} {
+		if !codes[want] {
+			t.Errorf("no audit row for the %s refusal; rows: %+v", want, rows)
+		}
+	}
+}
