@@ -16,7 +16,10 @@ import (
 
 // Deliveries is the operator's view of the outbox: list, inspect, resend.
 type Deliveries struct {
-	Store      OutboxStore
+	Store OutboxStore
+	// Slots bounds "Tentar agora" to one per integrator per
+	// RetryNowInterval, across replicas.
+	Slots      ReprocessLimitStore
 	Dispatcher *Dispatcher
 	Sealer     *keys.Sealer // opens the receivers' answers
 	Now        func() time.Time
@@ -311,6 +314,11 @@ func (s *Deliveries) SendTestEvent(ctx context.Context, integrators *Integrators
 	return out, nil
 }
 
+// RetryNowInterval is the least time between two "Tentar agora" of one
+// integrator: long enough that clicks and scripts do not multiply the
+// attempts, short enough for an operator who just fixed the CAD.
+const RetryNowInterval = 5 * time.Second
+
 // RetryResult is the answer of "Tentar agora" for an integrator.
 type RetryResult struct {
 	// Antecipadas counts the pending deliveries that were waiting for a
@@ -334,6 +342,17 @@ func (s *Deliveries) RetryNow(ctx context.Context, integrators *Integrators, id 
 	audit.Alvo.Nome = in.Nome
 	if !in.Ativo {
 		return RetryResult{}, Errorf(EConflict, "integrador inativo: reative-o (ou use Verificar) antes de tentar agora")
+	}
+	// Each one makes the whole queue due and probes the CAD: repeated,
+	// they turned into hundreds of requests to a CAD that was failing
+	// (issue 26, L6).
+	wait, err := s.Slots.ClaimReprocess(ctx, "tentar-agora:"+id, s.Now(), RetryNowInterval)
+	if err != nil {
+		return RetryResult{}, err
+	}
+	if wait > 0 {
+		return RetryResult{}, &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: fmt.Sprintf("“Tentar agora” deste integrador acabou de ser pedido; de novo em %d s", int(wait.Seconds())+1)}
 	}
 	d := s.Dispatcher
 	n, err := s.Store.DueNow(ctx, id, 0, s.Now(), audit)

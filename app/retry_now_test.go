@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -72,5 +73,28 @@ func TestRetryNowClosesTheCircuitAndSendsTheQueue(t *testing.T) {
 	}
 	if _, err := k.deliveries.RetryNow(context.Background(), k.integrators, in.ID); app.ErrorCode(err) != app.EConflict {
 		t.Fatalf("Tentar agora on an inactive integrator: %v", err)
+	}
+}
+
+// "Tentar agora" runs once per integrator per RetryNowInterval: 40 calls in
+// a row made 474 requests to a failing CAD in 10 s (issue 26, L6). The
+// others get 429 with the wait, and another integrator is not held back.
+func TestRetryNowIsOncePerIntervalPerIntegrator(t *testing.T) {
+	t.Parallel()
+	k := newOutboxKit(t)
+	rc := newReceiver(t, func(int, *http.Request) int { return 503 })
+	a, b := k.integrator(t, rc, nil), k.integrator(t, rc, nil)
+	if _, err := k.deliveries.RetryNow(t.Context(), k.integrators, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		_, err := k.deliveries.RetryNow(t.Context(), k.integrators, a.ID)
+		var e *app.Error
+		if !errors.As(err, &e) || e.Code != app.ERateLimited || e.RetryAfter <= 0 || e.RetryAfter > app.RetryNowInterval {
+			t.Fatalf("a second Tentar agora within the interval: %v", err)
+		}
+	}
+	if _, err := k.deliveries.RetryNow(t.Context(), k.integrators, b.ID); err != nil {
+		t.Fatalf("another integrator's: %v", err)
 	}
 }

@@ -186,7 +186,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
 		OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
-	s.Deliveries = &Deliveries{Store: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
+	s.Deliveries = &Deliveries{Store: db, Slots: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
 		Tester: NewTester(d.Policy, DeliveryTimeout, d.Now, d.Version), Publisher: publisher}
 	db.OnCommit(s.Committed)
 	db.OnRemote(s.Remote)

@@ -33,11 +33,12 @@ type LoginLimitStore interface {
 	ReleaseLoginAttempt(ctx context.Context, id string, forgive []string) error
 }
 
-// ReprocessLimitStore is the DLQ reprocess rate limit per colônia.
+// ReprocessLimitStore keeps once-per-interval slots by key: a colônia's
+// DLQ reprocess, an integrator's "Tentar agora" ("tentar-agora:<id>").
 type ReprocessLimitStore interface {
-	// ClaimReprocess records a reprocess of colonia at `at` if the last one
-	// was at least interval before; otherwise it records nothing and says
-	// how long to wait.
+	// ClaimReprocess records a use of the key colonia at `at` if the last
+	// one was at least interval before; otherwise it records nothing and
+	// says how long to wait.
 	ClaimReprocess(ctx context.Context, colonia string, at time.Time, interval time.Duration) (wait time.Duration, err error)
 }
 
