@@ -46,6 +46,11 @@ type SessionStore interface {
 const (
 	loginMaxFailures = 5
 	loginWindow      = 15 * time.Minute
+	// LoginsPerWindow bounds the successful logins of one account within
+	// loginWindow: each is a live session and an audit row, and a script
+	// with the password could otherwise make thousands (issue 26, L8). A
+	// person signs in a few times a shift.
+	LoginsPerWindow = 20
 	// DefaultSessionTTL is a working shift: a session ends this long after
 	// its login.
 	DefaultSessionTTL = 12 * time.Hour
@@ -120,6 +125,12 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 	// The right password: no guess to count.
 	if err := s.release(ctx, attempt, keys); err != nil {
 		return "", Operator{}, err
+	}
+	if _, wait, err := s.Store.ReserveLoginAttempt(ctx, []string{"entrada:" + o.ID}, now, loginWindow, LoginsPerWindow); err != nil {
+		return "", Operator{}, err
+	} else if wait > 0 {
+		return "", Operator{}, &Error{Code: ERateLimited, RetryAfter: wait,
+			Message: "muitas entradas nesta conta em pouco tempo; tente de novo em " + minutesText(wait)}
 	}
 	if !o.Ativo {
 		s.loginFailed(ctx, who, "conta desativada")

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,5 +247,28 @@ func TestPasswordChangeGuessesAreLimited(t *testing.T) {
 	}
 	if err := s.ChangePassword(ctx, op, secret, "senha-do-admin-1", "nova-senha-boa-1"); app.ErrorCode(err) != app.ERateLimited {
 		t.Fatalf("the 6th try: %v", err)
+	}
+}
+
+// Successful logins of one account are bounded too: each is a live session
+// and an audit row, and one leitor's script made 15.9 a second (issue 26,
+// L8). Past LoginsPerWindow the answer is 429 with the wait, no session is
+// made, and once the window passes the account signs in again.
+func TestLoginsPerAccountAreLimited(t *testing.T) {
+	s, clock := sessionsSetup(t)
+	ctx := t.Context()
+	for i := range app.LoginsPerWindow {
+		if _, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.8.8.8"); err != nil {
+			t.Fatalf("login %d: %v", i+1, err)
+		}
+	}
+	secret, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.8.8.9")
+	var e *app.Error
+	if !errors.As(err, &e) || e.Code != app.ERateLimited || e.RetryAfter <= 0 || secret != "" {
+		t.Fatalf("login %d: %q %v", app.LoginsPerWindow+1, secret, err)
+	}
+	clock.Add(16 * time.Minute)
+	if _, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.8.8.8"); err != nil {
+		t.Fatalf("after the window: %v", err)
 	}
 }
