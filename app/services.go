@@ -60,7 +60,10 @@ type Deps struct {
 	Version                        string
 	AutoDisable                    time.Duration
 	Retention, DeadLetterRetention time.Duration
-	ReapOnStart                    bool
+	// SessionIdle ends a console session without a request for this long
+	// (0: DefaultSessionIdle).
+	SessionIdle time.Duration
+	ReapOnStart bool
 	// NoDispatch leaves the dispatcher stopped: Start runs only the
 	// consumers and the stats loop, and Ready does not ask for it. For tests
 	// that put deliveries where they want them and look at the rows.
@@ -161,7 +164,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Metrics:     metrics,
 		Registry:    registry,
 		Auth:        &Auth{Store: db, Now: d.Now, PasswordCost: d.PasswordCost},
-		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost},
+		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost, Idle: d.SessionIdle},
 		Portal:      &Portal{Store: db, Integrators: integrators, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey)},
 		Integrators: integrators,
 		Publisher:   publisher,

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -22,6 +24,10 @@ type SessionStore interface {
 	InsertSession(ctx context.Context, hash, operadorID string, criado, expira time.Time, audit *AuditEntry) error
 	// SessionOperator returns the operator of a session that has not expired.
 	SessionOperator(ctx context.Context, hash string, now time.Time) (Operator, error)
+	// ExtendSession moves a live session's expiry to now+idle, never past
+	// its creation plus ttl, and only when that moves it by more than a
+	// minute: one write a minute at most, however busy the session.
+	ExtendSession(ctx context.Context, hash string, now time.Time, idle, ttl time.Duration) error
 	DeleteSession(ctx context.Context, hash string, audit *AuditEntry) error
 	// SetOperatorPassword changes a password and ends every other session
 	// of the operator but keepSession.
@@ -54,6 +60,9 @@ const (
 	// DefaultSessionTTL is a working shift: a session ends this long after
 	// its login.
 	DefaultSessionTTL = 12 * time.Hour
+	// DefaultSessionIdle ends a session that made no request for this
+	// long (issue 26, I7): a console left open on an unattended desk.
+	DefaultSessionIdle = 30 * time.Minute
 	// MinPasswordLen is the shortest password an operator may choose.
 	MinPasswordLen = 10
 )
@@ -74,8 +83,14 @@ type Sessions struct {
 	CSRFKey []byte
 	// TTL is how long a session lasts; default DefaultSessionTTL.
 	TTL time.Duration
+	// Idle is how long a session lasts without a request (Resolve);
+	// default DefaultSessionIdle.
+	Idle time.Duration
 	// PasswordCost is bcrypt's cost for new passwords (0: the default).
 	PasswordCost int
+
+	extended  sync.Map // session hash → when Resolve last extended it
+	extendedN atomic.Int64
 }
 
 // errBadLogin is the one answer to a wrong login or password: no user
@@ -139,12 +154,9 @@ func (s *Sessions) Login(ctx context.Context, login, senha, client string) (stri
 		return "", Operator{}, Errorf(EUnauthorized, "esta conta está desativada; fale com um administrador")
 	}
 	secret := sessionPrefix + randomString(32)
-	ttl := s.TTL
-	if ttl <= 0 {
-		ttl = DefaultSessionTTL
-	}
+	idle, ttl := s.lifetimes()
 	audit := NewAudit(WithActor(ctx, who), AcaoLogin, AuditTarget{Tipo: "operador", ID: o.ID, Nome: o.Login})
-	if err := s.Store.InsertSession(ctx, hashToken(secret), o.ID, now.UTC(), now.Add(ttl).UTC(), audit); err != nil {
+	if err := s.Store.InsertSession(ctx, hashToken(secret), o.ID, now.UTC(), now.Add(min(idle, ttl)).UTC(), audit); err != nil {
 		return "", Operator{}, err
 	}
 	return secret, o, nil
@@ -201,6 +213,32 @@ func (s *Sessions) release(ctx context.Context, id string, keys []string) error 
 
 // Resolve returns the operator of a live session.
 func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error) {
+	o, err := s.Check(ctx, secret)
+	if err != nil {
+		return o, err
+	}
+	// At most one write a minute per session from this process: the store
+	// skips a move of less than a minute, this spares it the transaction.
+	now, hash := s.Now().UTC(), hashToken(secret)
+	if last, ok := s.extended.Load(hash); ok && now.Sub(last.(time.Time)) < time.Minute {
+		return o, nil
+	}
+	s.extended.Store(hash, now)
+	if s.extendedN.Add(1)%1024 == 0 {
+		s.extended.Range(func(k, v any) bool {
+			if now.Sub(v.(time.Time)) >= time.Minute {
+				s.extended.Delete(k)
+			}
+			return true
+		})
+	}
+	idle, ttl := s.lifetimes()
+	return o, s.Store.ExtendSession(ctx, hash, now, idle, ttl)
+}
+
+// Check is Resolve without counting as activity: what a live page asks
+// every few seconds, which a person away from the desk does not do.
+func (s *Sessions) Check(ctx context.Context, secret string) (Operator, error) {
 	if len(secret) < len(sessionPrefix) || secret[:len(sessionPrefix)] != sessionPrefix {
 		return Operator{}, Errorf(EUnauthorized, "sessão inválida")
 	}
@@ -209,6 +247,17 @@ func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error)
 		return Operator{}, Errorf(EUnauthorized, "sessão expirada")
 	}
 	return o, err
+}
+
+func (s *Sessions) lifetimes() (idle, ttl time.Duration) {
+	idle, ttl = s.Idle, s.TTL
+	if idle <= 0 {
+		idle = DefaultSessionIdle
+	}
+	if ttl <= 0 {
+		ttl = DefaultSessionTTL
+	}
+	return idle, ttl
 }
 
 // Logout ends a session. Its entry names the session's operator, who may

@@ -272,3 +272,41 @@ func TestLoginsPerAccountAreLimited(t *testing.T) {
 		t.Fatalf("after the window: %v", err)
 	}
 }
+
+// A session ends after DefaultSessionIdle without a request (issue 26, I7);
+// a request moves that on, never past the shift (DefaultSessionTTL). A live
+// page's periodic check (Check) is not a request of the person's.
+func TestSessionsEndWhenIdle(t *testing.T) {
+	s, clock := sessionsSetup(t)
+	ctx := t.Context()
+	secret, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.9.9.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Active every 20 minutes: alive past the idle timeout, until the shift ends.
+	for at := 20 * time.Minute; at < app.DefaultSessionTTL; at += 20 * time.Minute {
+		clock.Add(20 * time.Minute)
+		if _, err := s.Resolve(ctx, secret); err != nil {
+			t.Fatalf("active every 20 min, refused at %v: %v", at, err)
+		}
+	}
+	clock.Add(20 * time.Minute)
+	if _, err := s.Check(ctx, secret); app.ErrorCode(err) != app.EUnauthorized {
+		t.Fatalf("past the shift: %v", err)
+	}
+
+	idle, _, err := s.Login(ctx, "admin", "senha-do-admin-1", "10.9.9.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{10 * time.Minute, 10 * time.Minute, 9 * time.Minute} {
+		clock.Add(d)
+		if _, err := s.Check(ctx, idle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Add(2 * time.Minute)
+	if _, err := s.Resolve(ctx, idle); app.ErrorCode(err) != app.EUnauthorized {
+		t.Fatalf("31 min with only checks: %v", err)
+	}
+}

@@ -40,6 +40,16 @@ func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (
 	return o, err
 }
 
+// ExtendSession implements app.SessionStore.
+func (db *DB) ExtendSession(ctx context.Context, hash string, now time.Time, idle, ttl time.Duration) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(`UPDATE operator_session SET expira_em = min(?, criado_em + ?)
+			WHERE hash = ? AND expira_em > ? AND expira_em < min(?, criado_em + ?) - 60000`,
+			ms(now.Add(idle)), ttl.Milliseconds(), hash, ms(now), ms(now.Add(idle)), ttl.Milliseconds())
+		return err
+	})
+}
+
 // DeleteSession implements app.SessionStore.
 func (db *DB) DeleteSession(ctx context.Context, hash string, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {

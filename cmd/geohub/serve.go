@@ -43,10 +43,13 @@ type Config struct {
 	// value from the environment, which the flag set cannot report; the
 	// flag given on the command line overrides it.
 	DeliveredRetention, DeadLetterRetention time.Duration
-	envErrs                                 map[string]error
+	// SessionIdle ends a console session after this long without a request.
+	SessionIdle time.Duration
+	envErrs     map[string]error
 }
 
-// retentionFlags registers serve's body retention flags (SPEC 6.4).
+// retentionFlags registers serve's duration flags: body retention (SPEC
+// 6.4) and the console's idle timeout.
 func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 	for _, r := range []struct {
 		dst             *time.Duration
@@ -57,6 +60,8 @@ func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 			"how long a delivered webhook's body is kept", app.DefaultRetention},
 		{&cfg.DeadLetterRetention, "dead-letter-retention", "GEOHUB_DEAD_LETTER_RETENTION",
 			"how long a dead letter keeps its body and so can be resent, counted from when it failed", app.DefaultDeadLetterRetention},
+		{&cfg.SessionIdle, "session-idle", "GEOHUB_SESSION_IDLE",
+			"how long a console session lasts without a request (at most its 12 h)", app.DefaultSessionIdle},
 	} {
 		parse := func(v string) error {
 			d, err := time.ParseDuration(v)
@@ -84,7 +89,7 @@ func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 
 // envErr is the first bad environment value no flag overrode.
 func (cfg Config) envErr() error {
-	for _, name := range []string{"delivered-retention", "dead-letter-retention"} {
+	for _, name := range []string{"delivered-retention", "dead-letter-retention", "session-idle"} {
 		if err := cfg.envErrs[name]; err != nil {
 			return err
 		}
@@ -246,7 +251,7 @@ func (m *Main) Run(ctx context.Context) error {
 		// orphans; on PostgreSQL they may be another replica's, which only
 		// expiry hands back.
 		ReapOnStart: !where.Postgres(),
-		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention})
+		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention, SessionIdle: cfg.SessionIdle})
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,16 @@ func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (
 	return o, err
 }
 
+// ExtendSession implements app.SessionStore.
+func (db *DB) ExtendSession(ctx context.Context, hash string, now time.Time, idle, ttl time.Duration) error {
+	return db.do(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(tx.ctx, `UPDATE operator_session SET expira_em = LEAST($1, criado_em + $2)
+			WHERE hash = $3 AND expira_em > $4 AND expira_em < LEAST($1, criado_em + $2) - 60000`,
+			ms(now.Add(idle)), ttl.Milliseconds(), hash, ms(now))
+		return err
+	})
+}
+
 // DeleteSession implements app.SessionStore.
 func (db *DB) DeleteSession(ctx context.Context, hash string, audit *app.AuditEntry) error {
 	return db.locked(ctx, accountKeys, func(tx *wtx) error {

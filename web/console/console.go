@@ -271,7 +271,7 @@ func (c *Console) optionalSession(r *http.Request) *session {
 	if err != nil || ck.Value == "" {
 		return nil
 	}
-	op, err := c.Sessions.Resolve(r.Context(), ck.Value)
+	op, err := c.Sessions.Check(r.Context(), ck.Value)
 	if err != nil {
 		return nil
 	}

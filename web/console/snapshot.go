@@ -114,7 +114,7 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, vista, k
 		case <-recheck.C:
 			// Only the session: the data is re-read when a wake says so.
 			if s := sessionOf(r); s != nil {
-				if _, err := c.Sessions.Resolve(ctx, s.secret); app.ErrorCode(err) == app.EUnauthorized {
+				if _, err := c.Sessions.Check(ctx, s.secret); app.ErrorCode(err) == app.EUnauthorized {
 					c.closeTail(conn, closeSessionEnded, "sessão expirada", nil)
 					return
 				}

@@ -241,7 +241,7 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 		case <-wake:
 		case <-recheck.C:
 			if s := sessionOf(r); s != nil {
-				if _, err := c.Sessions.Resolve(ctx, s.secret); app.ErrorCode(err) == app.EUnauthorized {
+				if _, err := c.Sessions.Check(ctx, s.secret); app.ErrorCode(err) == app.EUnauthorized {
 					c.closeTail(conn, closeSessionEnded, "sessão expirada", nil)
 					return
 				}
