@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -480,5 +481,25 @@ func TestConsoleOcorrenciasRegisterFormFindings(t *testing.T) {
 	}
 	if l, _ := b.svc.List(t.Context(), ocorrencia.Filter{}); len(l.Linhas) != 0 {
 		t.Fatalf("invalid forms registered %d ocorrências", len(l.Linhas))
+	}
+}
+
+// A live list with a filter that is not valid closes with 4400 and the
+// reason, as a refusal: it used to close 1011 and log an ERROR per
+// connection, one a script could repeat at will (issue 26, I6).
+func TestLiveListWithABadFilterIsRefused(t *testing.T) {
+	b := newOcBench(t)
+	c, _, _ := b.signInRole(t, "leitor.filtro", "leitor")
+	u := "ws" + strings.TrimPrefix(b.srv.URL, "http") + "/ws/ocorrencias?status=bogus"
+	ws, _, err := (&websocket.Dialer{Jar: c.Jar, HandshakeTimeout: 5 * time.Second}).Dial(u, http.Header{"Origin": {b.srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err = ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != 4400 || !strings.Contains(ce.Text, "filtro") {
+		t.Fatalf("want a 4400 close naming the filter, got %v", err)
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a-h/templ"
 	"github.com/gorilla/websocket"
@@ -38,6 +40,9 @@ const (
 	tailReadLimit = 512
 
 	closeSessionEnded = 4401
+	// closeRefused ends a live view the request itself cannot have (a
+	// filter that is not valid): the script shows the reason and stops.
+	closeRefused = 4400
 
 	// maxTailsPerAccount bounds what one account can hold open on this
 	// server, whatever its sessions: each tail is a goroutine, and an
@@ -260,8 +265,25 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 }
 
 func (c *Console) closeTail(conn *websocket.Conn, code int, reason string, err error) {
-	if err != nil {
+	var e *app.Error
+	switch {
+	case code == websocket.CloseInternalServerErr && errors.As(err, &e) && e.Code.HTTPStatus() < 500:
+		// The request's own fault (a filter the page was given): said to
+		// it, with its words, as a 4xx close; nothing failed here (issue
+		// 26, I6).
+		code, reason = closeRefused, clip(e.Message, 120)
+	case err != nil:
 		c.Logger.Error("live tail failed", "err", err)
 	}
 	conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+}
+
+// clip cuts s to at most n bytes on a rune boundary: a close frame's
+// reason has room for 123.
+func clip(s string, n int) string {
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
 }

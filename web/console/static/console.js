@@ -140,6 +140,7 @@ class Tail {
     };
     ws.onclose = (e) => {
       if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
+      if (e.code === 4400) return this.show(e.reason || "filtro inválido", "caiu"); // the filter, not the network
       if (e.code === 4429) {
         // Too many tails open in this session: wait for other tabs to close.
         this.show("muitas abas ao vivo abertas; feche alguma", "caiu");
@@ -230,6 +231,7 @@ class Vivo {
     };
     ws.onclose = (e) => {
       if (e.code === 4401) return location.assign("/login?volta=" + encodeURIComponent(location.pathname + location.search));
+      if (e.code === 4400) return this.show(e.reason || "filtro inválido", "caiu"); // the filter, not the network
       if (e.code === 4429) {
         this.show("muitas abas ao vivo abertas; feche alguma", "caiu");
         setTimeout(() => this.connect(), 30000);
@@ -290,7 +292,7 @@ class Alertas {
       }
     };
     ws.onclose = (e) => {
-      if (e.code === 4401) return; // the page's own tail, or the next click, goes to /login
+      if (e.code === 4401 || e.code === 4400) return; // the page's own tail, or the next click, goes to /login
       setTimeout(() => this.connect(), e.code === 4429 ? 30000 : this.wait);
       this.wait = Math.min(this.wait * 2, 10000);
     };
