@@ -232,6 +232,26 @@ var asciiHomoglyphs = func() map[rune]rune {
 // isolates, soft hyphen), private-use characters (Co), line and paragraph
 // separators, variation selectors and the other default-ignorable code
 // points (Hangul fillers, U+034F).
+// ShowInvisible writes every invisible or control character of s (as the
+// character rule reads them, and special spaces) as its code point, [U+202E],
+// so text a caller chose reads on the console as what it holds, never
+// reordered by a bidi override nor hiding a zero-width character or a
+// line break.
+func ShowInvisible(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return invisible(r) || r >= utf8.RuneSelf && unicode.Is(unicode.Zs, r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if invisible(r) || r >= utf8.RuneSelf && unicode.Is(unicode.Zs, r) {
+			fmt.Fprintf(&b, "[U+%04X]", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 func invisible(r rune) bool {
 	if r < utf8.RuneSelf {
 		return r < ' ' || r == 0x7f // the only ASCII in those tables: every publish's agregado and origem pass here

@@ -214,3 +214,22 @@ func TestConsoleRefusalsAreBoundedPerAccount(t *testing.T) {
 		t.Fatalf("a page past the refusals: %d", res.StatusCode)
 	}
 }
+
+// Text a caller chose (an integrator's name here) shows on /auditoria with
+// its invisible and control characters written as code points: a bidi
+// override reordered the row and a line break split it (issue 26, L3).
+func TestAuditShowsInvisibleCharacters(t *testing.T) {
+	b := newTailBench(t)
+	rc, _ := receiver(t, http.StatusNoContent)
+	b.integrator(t, "CAD \u202egnp.exe\nsegunda linha\u200b", rc.URL, nil, nil)
+	admin, _ := loginAs(t, b, "admin", benchAdminPassword)
+	_, page := get(t, admin, b.srv.URL+"/auditoria")
+	if !strings.Contains(page, "CAD [U+202E]gnp.exe[U+000A]segunda linha[U+200B]") {
+		t.Fatal("the integrator's name is not shown with its controls visible")
+	}
+	for _, raw := range []string{"\u202e", "\u200b", "gnp.exe\nsegunda"} {
+		if strings.Contains(page, raw) {
+			t.Fatalf("the page carries %+q raw", raw)
+		}
+	}
+}
