@@ -227,17 +227,34 @@ func (s *Server) reprocessDLQ(w http.ResponseWriter, r *http.Request) {
 const maxReplayTypes = 50
 
 // knownParams refuses query parameters a route does not take: a misspelt
-// filter (limit for limite) would otherwise be silently ignored.
+// filter (limit for limite) would otherwise be silently ignored. The answer
+// is bounded whatever the query (issue 26, L7): the accepted names once,
+// at most maxUnknownNamed unknown ones, each cut to 64 bytes; it was 21
+// times the request, for a client to stall reading.
 func knownParams(q url.Values, names ...string) error {
-	var bad []app.Detail
+	var unknown []string
 	for k := range q {
 		if !slices.Contains(names, k) {
-			bad = append(bad, app.Detail{Caminho: "/" + k, Mensagem: "parâmetro desconhecido; aceitos: " + strings.Join(names, ", ")})
+			unknown = append(unknown, k)
 		}
 	}
-	if len(bad) > 0 {
-		slices.SortFunc(bad, func(a, b app.Detail) int { return strings.Compare(a.Caminho, b.Caminho) })
-		return &app.Error{Code: app.EInvalid, Message: "parâmetro de consulta desconhecido", Details: bad}
+	if len(unknown) == 0 {
+		return nil
 	}
-	return nil
+	slices.Sort(unknown)
+	var bad []app.Detail
+	for i, k := range unknown {
+		if i == maxUnknownNamed {
+			bad = append(bad, app.Detail{Caminho: "/", Mensagem: fmt.Sprintf("e mais %d parâmetros desconhecidos", len(unknown)-i)})
+			break
+		}
+		if len(k) > 64 {
+			k = strings.ToValidUTF8(k[:64], "") + "…"
+		}
+		bad = append(bad, app.Detail{Caminho: "/" + k, Mensagem: "parâmetro desconhecido"})
+	}
+	return &app.Error{Code: app.EInvalid, Message: "parâmetro de consulta desconhecido; aceitos: " + strings.Join(names, ", "), Details: bad}
 }
+
+// maxUnknownNamed is how many unknown query parameters a 422 names.
+const maxUnknownNamed = 10

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -29,4 +30,25 @@ func TestMalformedQueriesAreRefused(t *testing.T) {
 		})
 	}
 	env.do(t, http.MethodGet, "/api/events?tipo=a:b&limite=1", app.PapelLeitor, nil).want(t, http.StatusOK)
+}
+
+// The answer to unknown query parameters is bounded whatever the query
+// (issue 26, L7): it named each one with the list of accepted names, 21
+// times the request, and stalled readers of it held hundreds of MB.
+func TestUnknownParametersAnswerIsBounded(t *testing.T) {
+	t.Parallel()
+	env := apiSetup(t)
+	var q strings.Builder
+	q.WriteString("?tipo=a:b")
+	for i := range 5000 {
+		fmt.Fprintf(&q, "&%s%d=1", strings.Repeat("p", 100), i)
+	}
+	res := env.do(t, http.MethodGet, "/api/events"+q.String(), app.PapelLeitor, nil).want(t, http.StatusUnprocessableEntity)
+	if len(res.Body) > 4096 {
+		t.Fatalf("a 422 of %d bytes for a query of %d", len(res.Body), q.Len())
+	}
+	e := apiDecodeError(t, res)
+	if len(e.Detalhes) != 11 || !strings.Contains(e.Detalhes[10].Mensagem, "e mais 4990") || !strings.Contains(e.Erro, "limite") {
+		t.Fatalf("%d findings: %+v", len(e.Detalhes), e)
+	}
 }
