@@ -1,13 +1,16 @@
 package web_test
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/app/ocorrencia"
 )
 
 // A CAD's key refused in a burst is answered 429 once its refusals run
@@ -83,6 +86,45 @@ func TestCommandsRefusedBeforeTheyRunAreAudited(t *testing.T) {
 	for _, want := range []app.Code{app.EConflict, app.EMalformed, app.ETooLarge} {
 		if !codes[want] {
 			t.Errorf("no audit row for the %s refusal; rows: %+v", want, rows)
+		}
+	}
+}
+
+// An ocorrência takes at most ocorrencia.MaxDespachos despachos, and every
+// answer is the ocorrência's own state and the despacho changed, never the
+// list of its despachos: 2,583 dispatches of one key made a database of
+// 1.28 GB, each answer and outcome carrying the whole ocorrência again
+// (issue 26, M2).
+func TestDespachosAreBoundedAndAnswersDoNotGrow(t *testing.T) {
+	t.Parallel()
+	e := cmdSetup(t)
+	var oc struct{ ID string }
+	e.cmd(t, e.A.APIKey, uuid.NewString(), "/api/ocorrencias", map[string]any{"natureza": "incendio"}).want(t, http.StatusCreated).decode(t, &oc)
+	route := "/api/ocorrencias/" + oc.ID + "/despachos"
+	var first, last int
+	for i := range ocorrencia.MaxDespachos {
+		res := e.cmd(t, e.A.APIKey, uuid.NewString(), route, map[string]any{"recurso": map[string]any{"identificador": fmt.Sprintf("UR-%d", i)}}).
+			want(t, http.StatusCreated)
+		if strings.Contains(string(res.Body), `"despachos"`) {
+			t.Fatalf("answer %d lists the despachos: %s", i+1, res.Body)
+		}
+		if i == 0 {
+			first = len(res.Body)
+		}
+		last = len(res.Body)
+	}
+	if last > 2*first {
+		t.Fatalf("the %dth answer is %d bytes, the first %d", ocorrencia.MaxDespachos, last, first)
+	}
+	res := e.cmd(t, e.A.APIKey, uuid.NewString(), route, map[string]any{"recurso": map[string]any{"identificador": "UR-X"}}).
+		want(t, http.StatusUnprocessableEntity)
+	if d := apiDecodeError(t, res).Detalhes; len(d) != 1 || !strings.Contains(d[0].Mensagem, strconv.Itoa(ocorrencia.MaxDespachos)) {
+		t.Fatalf("the refusal past the cap: %s", res.Body)
+	}
+	// The outcome published for the last one is as small as its answer.
+	for _, ev := range e.events(t, app.EventFilter{Tipo: app.TipoComandoConcluido, Agregado: ""}) {
+		if len(ev.Payload) > 4*first+2048 {
+			t.Fatalf("an outcome of %d bytes", len(ev.Payload))
 		}
 	}
 }

@@ -89,8 +89,8 @@ func (s *Service) Register(ctx context.Context, cmd app.Command) (app.Outcome, e
 		if err := s.Publisher.Validate(ev); err != nil {
 			return app.Result{}, underPayload(err)
 		}
-		o := Ocorrencia{ID: id, Natureza: req.Natureza, Status: Aberta, Versao: 1, Despachos: []Despacho{}}
-		return app.Result{Status: http.StatusCreated, Body: o, Events: []app.PublishRequest{ev}}, nil
+		o := Ocorrencia{ID: id, Natureza: req.Natureza, Status: Aberta, Versao: 1}
+		return app.Result{Status: http.StatusCreated, Body: o.answer(nil), Events: []app.PublishRequest{ev}}, nil
 	})
 }
 
@@ -117,6 +117,9 @@ func (s *Service) Dispatch(ctx context.Context, cmd app.Command, ocorrenciaID st
 				return app.Result{}, conflict("recurso %s já está despachado nesta ocorrência (despacho %s, %s)", ident, d.ID, d.Status)
 			}
 		}
+		if len(o.Despachos) >= MaxDespachos {
+			return app.Result{}, invalid("/recurso", fmt.Sprintf("a ocorrência já tem %d despachos, o máximo: registre uma nova ocorrência para os próximos recursos", MaxDespachos))
+		}
 		d := Despacho{ID: newID(), OcorrenciaID: o.ID, Recurso: Recurso{Identificador: ident}, Status: EmDeslocamento}
 		payload, err := json.Marshal(struct {
 			Despacho Despacho `json:"despacho"`
@@ -124,10 +127,8 @@ func (s *Service) Dispatch(ctx context.Context, cmd app.Command, ocorrenciaID st
 		if err != nil {
 			return app.Result{}, err
 		}
-		o.Despachos = append(o.Despachos, d)
 		o.Versao++
-		o.Despacho = &d
-		return app.Result{Status: http.StatusCreated, Body: o, Events: []app.PublishRequest{
+		return app.Result{Status: http.StatusCreated, Body: o.answer(&d), Events: []app.PublishRequest{
 			{Tipo: TipoDespachada, Origem: Plugin, Agregado: "ocorrencia:" + o.ID, Payload: payload},
 		}}, nil
 	})
@@ -173,8 +174,7 @@ func (s *Service) SetDispatchStatus(ctx context.Context, cmd app.Command, ocorre
 			o.Versao++
 		}
 		changed := o.Despachos[i]
-		o.Despacho = &changed
-		return app.Result{Status: http.StatusOK, Body: o, Events: events}, nil
+		return app.Result{Status: http.StatusOK, Body: o.answer(&changed), Events: events}, nil
 	})
 }
 
@@ -214,7 +214,7 @@ func (s *Service) SetStatus(ctx context.Context, cmd app.Command, ocorrenciaID s
 			Payload: mustJSON(map[string]string{"id": o.ID, "de": o.Status, "para": req.Para})}}
 		o.Status = req.Para
 		o.Versao++
-		return app.Result{Status: http.StatusOK, Body: o, Events: events}, nil
+		return app.Result{Status: http.StatusOK, Body: o.answer(nil), Events: events}, nil
 	})
 }
 

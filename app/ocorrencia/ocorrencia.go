@@ -67,10 +67,32 @@ type Despacho struct {
 
 func (d Despacho) active() bool { return d.Status == EmDeslocamento || d.Status == NoLocal }
 
+// MaxDespachos bounds the despachos of one ocorrência (SPEC 10): each
+// adds to every read of it, and one key dispatching without end made a
+// database of 1.28 GB (issue 26, M2). A large fire takes a few dozen.
+const MaxDespachos = 100
+
+// Answer is what a command answers and its outcome records: the
+// ocorrência's own fields and, for the two despacho commands, the despacho
+// it created or changed. Never the list of despachos, which would make
+// every answer as large as the ocorrência has grown (SPEC 10): GET
+// /api/ocorrencias/{id} gives it.
+type Answer struct {
+	ID       string    `json:"id"`
+	Natureza string    `json:"natureza"`
+	Status   string    `json:"status"`
+	Versao   int       `json:"versao"`
+	Despacho *Despacho `json:"despacho,omitempty"`
+}
+
+func (o Ocorrencia) answer(d *Despacho) Answer {
+	return Answer{ID: o.ID, Natureza: o.Natureza, Status: o.Status, Versao: o.Versao, Despacho: d}
+}
+
 // Ocorrencia is the projection: the ocorrência and the state of EACH
 // despacho. Versao counts the events folded into it, so of two copies the
-// higher versao is the newer. Despacho is set only in the answer to a
-// despacho command: the one it created or changed.
+// higher versao is the newer. Despacho is set only in an Ocorrencia
+// decoded from a command's Answer: the one it created or changed.
 type Ocorrencia struct {
 	ID        string     `json:"id"`
 	Natureza  string     `json:"natureza"`

@@ -63,9 +63,11 @@ type Despacho struct {
 }
 
 // Ocorrencia is the wire shape of Geohub's ocorrência projection (GET
-// /api/ocorrencias/{id}) and of every successful command response, limited
-// to what the CAD keeps: decoding the server's answer into it drops the
-// rest, so it can be compared with the simulator's [Projection].
+// /api/ocorrencias/{id}), limited to what the CAD keeps: decoding the
+// server's answer into it drops the rest, so it can be compared with the
+// simulator's [Projection]. A successful command's response has the same
+// fields but Despachos, which it never lists (it would grow with the
+// ocorrência): it decodes to an empty list.
 //
 // Despachos is ordered by creation. Values returned by this package never
 // have a nil Despachos (an empty list marshals as []), so decode the
