@@ -368,17 +368,7 @@ func TestConsoleOcorrenciasListIsLive(t *testing.T) {
 	defer ws.Close()
 	read := func(want string) string {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			ws.SetReadDeadline(deadline)
-			var m struct{ Partes map[string]string }
-			if err := ws.ReadJSON(&m); err != nil {
-				t.Fatalf("waiting for %q: %v", want, err)
-			}
-			if strings.Contains(m.Partes["linhas"], want) {
-				return m.Partes["linhas"]
-			}
-		}
+		return readRows(t, ws, want)
 	}
 	read(`data-id="` + first + `"`) // the state at once, on connect
 
@@ -428,27 +418,13 @@ func TestConsoleLiveListRendersOncePerChange(t *testing.T) {
 		defer ws.Close()
 		socks = append(socks, ws)
 	}
-	read := func(ws *websocket.Conn, want string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			ws.SetReadDeadline(deadline)
-			var m struct{ Partes map[string]string }
-			if err := ws.ReadJSON(&m); err != nil {
-				t.Fatalf("waiting for %q: %v", want, err)
-			}
-			if strings.Contains(m.Partes["linhas"], want) {
-				return
-			}
-		}
-	}
 	for _, ws := range socks[:same] {
-		read(ws, first)
+		readRows(t, ws, first)
 	}
 	before := renders()
 	second := b.register(t, "incendio")
 	for _, ws := range socks[:same] {
-		read(ws, second)
+		readRows(t, ws, second)
 	}
 	// A change may wake a view twice (the log and the read model); each
 	// of the two views reads at most that often, not once per socket.
@@ -501,5 +477,22 @@ func TestLiveListWithABadFilterIsRefused(t *testing.T) {
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != 4400 || !strings.Contains(ce.Text, "filtro") {
 		t.Fatalf("want a 4400 close naming the filter, got %v", err)
+	}
+}
+
+// readRows reads a live list's messages until its rows hold want, and
+// returns them.
+func readRows(t *testing.T, ws *websocket.Conn, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ws.SetReadDeadline(deadline)
+		var m struct{ Partes map[string]string }
+		if err := ws.ReadJSON(&m); err != nil {
+			t.Fatalf("waiting for %q: %v", want, err)
+		}
+		if strings.Contains(m.Partes["linhas"], want) {
+			return m.Partes["linhas"]
+		}
 	}
 }
