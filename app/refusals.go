@@ -15,9 +15,11 @@ import (
 // client that is refused a hundred times a second otherwise writes an
 // audit row and a comando-recusado event each time, rows that are never
 // deleted; bounded so, a credential refused without pause adds about 12
-// a minute. A CAD that works is refused a few times a day.
+// a minute. A CAD that works is refused a few times a day. Each request
+// holds one while it runs (Reserve), so the burst leaves room for a
+// producer's many concurrent publishes.
 const (
-	RefusalBurst = 60
+	RefusalBurst = 200
 	RefusalRate  = 0.2 // 12 a minute
 )
 
@@ -32,7 +34,8 @@ type Refusals struct {
 }
 
 // Wait is how long key must wait before its next request is served: 0
-// while it has refusals left.
+// while it has refusals left. It takes none: for requests that cannot be
+// refused once they run (a live view's socket).
 func (r *Refusals) Wait(key string) time.Duration {
 	if r == nil {
 		return 0
@@ -44,17 +47,20 @@ func (r *Refusals) Wait(key string) time.Duration {
 	if l == nil {
 		return 0
 	}
-	tokens := l.TokensAt(now)
-	if tokens >= 1 {
-		return 0
+	if tokens := l.TokensAt(now); tokens < 1 {
+		return time.Duration((1 - tokens) / RefusalRate * float64(time.Second))
 	}
-	return time.Duration((1 - tokens) / RefusalRate * float64(time.Second))
+	return 0
 }
 
-// Count spends one of key's refusals.
-func (r *Refusals) Count(key string) {
+// Reserve takes one of key's refusals as a request of that credential
+// arrives, before it runs: requests sent together cannot all pass a check
+// made before any of them is refused. wait > 0 says it has none left (the
+// request is to be answered 429); otherwise done must be called once the
+// request is answered, and gives the refusal back unless it refused.
+func (r *Refusals) Reserve(key string) (done func(refused bool), wait time.Duration) {
 	if r == nil {
-		return
+		return func(bool) {}, 0
 	}
 	now := r.now()
 	r.mu.Lock()
@@ -75,7 +81,16 @@ func (r *Refusals) Count(key string) {
 		l = rate.NewLimiter(RefusalRate, RefusalBurst)
 		r.m[key] = l
 	}
-	l.AllowN(now, 1)
+	res := l.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return nil, d
+	}
+	return func(refused bool) {
+		if !refused {
+			res.CancelAt(r.now())
+		}
+	}, 0
 }
 
 func (r *Refusals) now() time.Time {

