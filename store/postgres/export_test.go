@@ -27,3 +27,6 @@ func CommandLockTimeout(db *DB) (string, error) {
 	err = tx.QueryRow(bg, `SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'`).Scan(&v)
 	return v, err
 }
+
+// ClaimCandidatesSQL is the claim's first statement, for its plan.
+const ClaimCandidatesSQL = claimCandidatesSQL

@@ -62,10 +62,10 @@ func scanDelivery(row pgx.Row, withBody bool) (app.Delivery, error) {
 // outbox_waiting_idx), so a long delivered history costs nothing.
 const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 		AND NOT EXISTS (SELECT 1 FROM outbox AS f
-			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando')
+			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando' OFFSET 0)
 		AND NOT EXISTS (SELECT 1 FROM outbox AS e
 			WHERE e.integrador_id = o.integrador_id AND e.agregado = o.agregado AND e.status = 'pendente'
-			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= $2 OR e.tentativas = e.tentativas_antes))`
+			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= $2 OR e.tentativas = e.tentativas_antes) OFFSET 0)`
 
 // A claim keeps each (integrator, aggregate) in order across replicas
 // (SPEC 6.4 and 12): at most one row of it in flight, the lowest pending
