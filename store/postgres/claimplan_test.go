@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -28,47 +29,89 @@ func TestClaimPlanHoldsAfterAnEmptyAnalyze(t *testing.T) {
 	c := raw(t, url)
 	ctx := t.Context()
 	now := time.Now()
-	in := app.Integrator{ID: "cad", Nome: "cad", CallbackURL: "https://cad.exemplo.gov.br", Ativo: true,
-		HostsPermitidos: []string{"cad.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: now, AtualizadoEm: now}
-	if err := db.InsertIntegrator(ctx, in, []byte("sealed"), "hash-cad", nil); err != nil {
-		t.Fatal(err)
+	later := now.Add(time.Hour)
+	// Two CADs with 30 aggregates of 334 rows each: one backlog as a CAD
+	// outage leaves it (the aggregates' events interleaved in time, as
+	// they were published), the other as one burst per aggregate in turn,
+	// whose oldest rows all belong to one aggregate.
+	const aggregates, perAggregate = 30, 334
+	var backlog []app.Pending
+	for _, cad := range []struct {
+		id          string
+		interleaved bool
+	}{{"intercalado", true}, {"seguido", false}} {
+		in := app.Integrator{ID: cad.id, Nome: cad.id, CallbackURL: "https://cad.exemplo.gov.br", Ativo: true,
+			HostsPermitidos: []string{"cad.exemplo.gov.br"}, Eventos: []string{"*"}, CriadoEm: now, AtualizadoEm: now}
+		if err := db.InsertIntegrator(ctx, in, []byte("sealed"), "hash-"+cad.id, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range aggregates * perAggregate {
+			a := i / perAggregate
+			if cad.interleaved {
+				a = i % aggregates
+			}
+			ev := storetest.NewEvent("teste:a")
+			backlog = append(backlog, app.Pending{Event: ev, Full: ev.Payload, Outbox: &app.Outbox{Body: []byte(`{}`),
+				Agregado: fmt.Sprintf("x:%d", a), Recipients: func(string) []string { return []string{cad.id} }}})
+		}
 	}
 	if _, err := c.Exec(ctx, "ANALYZE outbox"); err != nil {
 		t.Fatal(err)
-	}
-	// A backlog as a CAD outage leaves it: the aggregates' events
-	// interleaved in time, as they were published.
-	const aggregates, perAggregate = 30, 334
-	var backlog []app.Pending
-	for range perAggregate {
-		for a := range aggregates {
-			ev := storetest.NewEvent("teste:a")
-			backlog = append(backlog, app.Pending{Event: ev, Full: ev.Payload, Outbox: &app.Outbox{Body: []byte(`{}`),
-				Agregado: fmt.Sprintf("x:%d", a), Recipients: func(string) []string { return []string{in.ID} }}})
-		}
 	}
 	for batch := range slices.Chunk(backlog, 1000) {
 		if _, err := db.Append(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rows, err := c.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+postgres.ClaimCandidatesSQL, in.ID, time.Now().Add(time.Hour).UnixMilli(), 32)
-	if err != nil {
-		t.Fatal(err)
+	explain := func(q string, args ...any) string {
+		t.Helper()
+		rows, err := c.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
 	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
-	t.Logf("claim on %d pending rows, outbox analyzed while empty:\n%s", aggregates*perAggregate, plan)
-	// The check of earlier pending rows looks the candidate's own
-	// aggregate up (an index condition on its agregado and sequencia), as
-	// a subplan per candidate, never a join that filters every pending
-	// row. (The in-flight check may read outbox_status_idx: processando
-	// rows are few, bounded by the in-flight limit.)
-	if strings.Contains(plan, "Seq Scan on outbox") || strings.Contains(plan, "Rows Removed by Join Filter") ||
-		!strings.Contains(plan, "(agregado = o.agregado) AND (sequencia < o.sequencia)") {
-		t.Errorf("the claim walks the pending rows:\n%s", plan)
+	for _, cad := range []string{"intercalado", "seguido"} {
+		plan := explain(postgres.ClaimCandidatesSQL, cad, later.UnixMilli(), 32, 128)
+		t.Logf("%s: the window over %d pending rows, outbox analyzed while empty:\n%s", cad, aggregates*perAggregate, plan)
+		// The check of earlier pending rows looks the candidate's own
+		// aggregate up (an index condition on its agregado and sequencia),
+		// as a subplan per candidate, never a join that filters every
+		// pending row. (The in-flight check may read outbox_status_idx:
+		// processando rows are few, bounded by the in-flight limit.)
+		if strings.Contains(plan, "Seq Scan on outbox") || strings.Contains(plan, "Rows Removed by Join Filter") ||
+			!ownAggregate.MatchString(plan) {
+			t.Errorf("%s: the claim walks the pending rows:\n%s", cad, plan)
+		}
+		heads := explain(postgres.ClaimHeadsSQL, cad, later.UnixMilli(), 32, []int64{})
+		t.Logf("%s: the look by aggregate:\n%s", cad, heads)
+		if strings.Contains(heads, "Seq Scan on outbox") || strings.Contains(heads, "Rows Removed by Join Filter") {
+			t.Errorf("%s: the look by aggregate walks the pending rows:\n%s", cad, heads)
+		}
+		// Every aggregate's first row goes, however the backlog is laid out.
+		got, err := db.ClaimDeliveries(ctx, "w", later, time.Minute, []app.Quota{{Integrador: cad, N: 32}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int64{}
+		for _, d := range got {
+			seen[d.Agregado] = d.Sequencia
+		}
+		if len(got) != aggregates || len(seen) != aggregates {
+			t.Fatalf("%s: claimed %d rows of %d aggregates, want the first row of each of %d", cad, len(got), len(seen), aggregates)
+		}
+		for a, seq := range seen {
+			if seq != 1 {
+				t.Fatalf("%s: claimed %s's row %d", cad, a, seq)
+			}
+		}
 	}
 }
+
+// ownAggregate is the index condition of a check that looks up the
+// candidate's own aggregate (o is the candidate, as the planner names it).
+var ownAggregate = regexp.MustCompile(`\(agregado = o(_\d+)?\.agregado\) AND \(sequencia < o(_\d+)?\.sequencia\)`)

@@ -30,3 +30,6 @@ func CommandLockTimeout(db *DB) (string, error) {
 
 // ClaimCandidatesSQL is the claim's first statement, for its plan.
 const ClaimCandidatesSQL = claimCandidatesSQL
+
+// ClaimHeadsSQL is the claim's look by aggregate, for its plan.
+const ClaimHeadsSQL = claimHeadsSQL

@@ -126,12 +126,41 @@ const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 // and the lease is returned in that order. The lease ends by the
 // database's clock (lease_ate, see dbNowMS), which is the reaper's: a
 // replica whose clock runs ahead never takes another's live lease.
+//
+// The candidates come from a window of the claimWindow oldest due rows
+// (issue 27, B3): only the first pending row of an aggregate can go, and
+// a backlog of a few aggregates with many rows each made every claim walk
+// the whole backlog looking for heads it could not find. When the window
+// is full and holds fewer heads than the quota, claimHeadsSQL finds the
+// rest by aggregate: one index probe per aggregate with pending rows
+// (a loose scan of outbox_waiting_idx), not one per row.
 const (
-	claimCandidatesSQL = `WITH c AS MATERIALIZED (
-			SELECT o.id, o.agregado, o.proxima_tentativa FROM outbox AS o
-			WHERE o.integrador_id = $1 AND ` + claimable + `
+	claimCandidatesSQL = `WITH w AS MATERIALIZED (
+			SELECT o.id, o.integrador_id, o.agregado, o.sequencia, o.proxima_tentativa, o.status FROM outbox AS o
+			WHERE o.integrador_id = $1 AND o.status = 'pendente' AND o.proxima_tentativa <= $2
+			ORDER BY o.proxima_tentativa, o.id LIMIT $4),
+		c AS MATERIALIZED (
+			SELECT o.id, o.agregado, o.proxima_tentativa FROM w AS o
+			WHERE ` + claimable + `
+			ORDER BY o.proxima_tentativa, o.id LIMIT $3),
+		l AS (SELECT id, proxima_tentativa FROM c WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.agregado)))
+		SELECT l.id, f.cheia FROM (SELECT count(*) >= $4 AS cheia FROM w) AS f LEFT JOIN l ON true
+		ORDER BY l.proxima_tentativa, l.id`
+	claimHeadsSQL = `WITH RECURSIVE a(agregado) AS (
+			SELECT min(agregado) FROM outbox WHERE integrador_id = $1 AND status = 'pendente'
+			UNION ALL
+			SELECT (SELECT min(p.agregado) FROM outbox AS p
+				WHERE p.integrador_id = $1 AND p.status = 'pendente' AND p.agregado > a.agregado)
+			FROM a WHERE a.agregado IS NOT NULL),
+		h AS MATERIALIZED (
+			SELECT o.id, o.agregado, o.proxima_tentativa FROM a CROSS JOIN LATERAL (
+				SELECT o.id, o.integrador_id, o.agregado, o.sequencia, o.proxima_tentativa, o.status FROM outbox AS o
+				WHERE o.integrador_id = $1 AND o.agregado = a.agregado AND o.status = 'pendente'
+				AND (o.proxima_tentativa <= $2 OR o.tentativas = o.tentativas_antes)
+				ORDER BY o.sequencia LIMIT 1) AS o
+			WHERE ` + claimable + ` AND o.id <> ALL($4)
 			ORDER BY o.proxima_tentativa, o.id LIMIT $3)
-		SELECT id FROM c WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(c.agregado))
+		SELECT id FROM h WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(h.agregado))
 		ORDER BY proxima_tentativa, id`
 	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4,
 			tentativas = greatest(tentativas,
@@ -165,18 +194,14 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if q.N <= 0 {
 			continue
 		}
-		rows, err := tx.Query(tx.ctx, claimCandidatesSQL, q.Integrador, ms(now), q.N)
-		if err != nil {
-			return nil, fmt.Errorf("claim deliveries: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ids, err := tx.candidates(q, now)
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
 		if len(ids) == 0 {
 			continue
 		}
-		rows, err = tx.Query(tx.ctx, claimSQL, ids, ms(now), lease.Milliseconds(), worker)
+		rows, err := tx.Query(tx.ctx, claimSQL, ids, ms(now), lease.Milliseconds(), worker)
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -194,6 +219,44 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		out = append(out, got...)
 	}
 	return out, nil
+}
+
+// claimWindow is how many of the oldest due rows the claim's first look
+// reads: enough to find a quota of heads where aggregates interleave.
+func claimWindow(n int) int { return max(4*n, 128) }
+
+// candidates are up to q.N rows the claim rule allows, each under its
+// aggregate's transaction lock (see claimCandidatesSQL).
+func (tx *wtx) candidates(q app.Quota, now time.Time) ([]int64, error) {
+	window := claimWindow(q.N)
+	rows, err := tx.Query(tx.ctx, claimCandidatesSQL, q.Integrador, ms(now), q.N, window)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	full := false
+	var id *int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &full}, func() error {
+		if id != nil {
+			ids = append(ids, *id)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if !full || len(ids) >= q.N {
+		return ids, nil
+	}
+	taken := append([]int64{}, ids...) // never NULL: <> ALL(NULL) matches no row
+	rows, err = tx.Query(tx.ctx, claimHeadsSQL, q.Integrador, ms(now), q.N-len(ids), taken)
+	if err != nil {
+		return nil, err
+	}
+	more, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, more...), nil
 }
 
 // dbNowMS is the database's clock in unix milliseconds. Leases are given
