@@ -514,3 +514,11 @@ CREATE INDEX portal_session_expira_idx ON portal_session (expira_em);
 -- on integrador_id alone did.
 DROP INDEX outbox_integrador_idx;
 CREATE INDEX outbox_integrador_idx ON outbox (integrador_id, criado_em);
+
+-- migration: 17
+
+-- A receiver's answer goes with the body it answered (issue 26): the
+-- purges now clear both; these are the answers to bodies purged before.
+UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
+WHERE (resposta <> '' OR resposta_selada IS NOT NULL)
+  AND outbox_id IN (SELECT id FROM outbox WHERE expurgado = 1);

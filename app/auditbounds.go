@@ -71,7 +71,10 @@ func cutValue(v json.RawMessage) json.RawMessage {
 // recorded says how many were not.
 const (
 	refusalBudget = 30 // per address per window
-	refusalWindow = time.Minute
+	// credentialRefusalBudget is a credential's, past the edges'
+	// Refusals: it records every refusal they let through.
+	credentialRefusalBudget = RefusalBurst + 60
+	refusalWindow           = time.Minute
 )
 
 type refusalLimiter struct {
@@ -87,7 +90,7 @@ type refusalCount struct {
 
 // admit says whether the refusal of key at now is recorded, and how many
 // of key's refusals before it were not.
-func (l *refusalLimiter) admit(key string, now time.Time) (bool, int) {
+func (l *refusalLimiter) admit(key string, now time.Time, budget int) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.actors == nil {
@@ -110,7 +113,7 @@ func (l *refusalLimiter) admit(key string, now time.Time) (bool, int) {
 		l.actors[key] = &refusalCount{since: now, n: 1}
 		return true, dropped
 	}
-	if c.n >= refusalBudget {
+	if c.n >= budget {
 		c.dropped++
 		return false, 0
 	}

@@ -278,16 +278,19 @@ func (t *AuditTrail) Refused(ctx context.Context, acao string, alvo AuditTarget,
 		return
 	}
 	a := ActorOf(ctx)
-	dropped := 0
+	now := time.Now
+	if t.Now != nil {
+		now = t.Now
+	}
+	// A credential's budget is a backstop, past what the edges' limiter
+	// lets through, for any way in that it may not cover.
+	key, budget := a.Tipo+" "+a.ID, credentialRefusalBudget
 	if a.ID == "" {
-		now := time.Now
-		if t.Now != nil {
-			now = t.Now
-		}
-		var ok bool
-		if ok, dropped = t.refusals.admit("endereco "+a.Endereco, now()); !ok {
-			return
-		}
+		key, budget = "endereco "+a.Endereco, refusalBudget
+	}
+	ok, dropped := t.refusals.admit(key, now(), budget)
+	if !ok {
+		return
 	}
 	e := NewAudit(ctx, acao, alvo)
 	if dropped > 0 {

@@ -30,11 +30,18 @@ type Refusals struct {
 	Now func() time.Time
 
 	mu sync.Mutex
-	m  map[string]*rate.Limiter
+	m  map[string]*refusals
+}
+
+// refusals are one credential's: the refusals it has left (the limiter's
+// tokens) and its requests running now, each of which may yet be refused.
+type refusals struct {
+	left     *rate.Limiter
+	inflight int
 }
 
 // Wait is how long key must wait before its next request is served: 0
-// while it has refusals left. It takes none: for requests that cannot be
+// while it has refusals left. It holds none: for requests that cannot be
 // refused once they run (a live view's socket).
 func (r *Refusals) Wait(key string) time.Duration {
 	if r == nil {
@@ -43,21 +50,24 @@ func (r *Refusals) Wait(key string) time.Duration {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := r.m[key]
-	if l == nil {
+	return r.wait(r.m[key], now)
+}
+
+func (r *Refusals) wait(c *refusals, now time.Time) time.Duration {
+	if c == nil {
 		return 0
 	}
-	if tokens := l.TokensAt(now); tokens < 1 {
-		return time.Duration((1 - tokens) / RefusalRate * float64(time.Second))
+	if free := c.left.TokensAt(now) - float64(c.inflight); free < 1 {
+		return time.Duration((1 - free) / RefusalRate * float64(time.Second))
 	}
 	return 0
 }
 
-// Reserve takes one of key's refusals as a request of that credential
-// arrives, before it runs: requests sent together cannot all pass a check
-// made before any of them is refused. wait > 0 says it has none left (the
-// request is to be answered 429); otherwise done must be called once the
-// request is answered, and gives the refusal back unless it refused.
+// Reserve admits a request of key if it has a refusal left beside those
+// its running requests may yet spend: requests sent together cannot all
+// pass a check made before any of them is refused. wait > 0 says it has
+// none (the request is to be answered 429); otherwise done must be called
+// once the request is answered, and spends a refusal if it refused.
 func (r *Refusals) Reserve(key string) (done func(refused bool), wait time.Duration) {
 	if r == nil {
 		return func(bool) {}, 0
@@ -66,29 +76,32 @@ func (r *Refusals) Reserve(key string) (done func(refused bool), wait time.Durat
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = map[string]*rate.Limiter{}
+		r.m = map[string]*refusals{}
 	}
 	if len(r.m) >= 4096 {
-		// Many credentials refused: forget those refilled to the full burst.
-		for k, l := range r.m {
-			if l.TokensAt(now) >= RefusalBurst {
+		// Many credentials refused: forget the idle ones refilled to the
+		// full burst.
+		for k, c := range r.m {
+			if c.inflight == 0 && c.left.TokensAt(now) >= RefusalBurst {
 				delete(r.m, k)
 			}
 		}
 	}
-	l := r.m[key]
-	if l == nil {
-		l = rate.NewLimiter(RefusalRate, RefusalBurst)
-		r.m[key] = l
+	c := r.m[key]
+	if c == nil {
+		c = &refusals{left: rate.NewLimiter(RefusalRate, RefusalBurst)}
+		r.m[key] = c
 	}
-	res := l.ReserveN(now, 1)
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return nil, d
+	if wait := r.wait(c, now); wait > 0 {
+		return nil, wait
 	}
+	c.inflight++
 	return func(refused bool) {
-		if !refused {
-			res.CancelAt(r.now())
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		c.inflight--
+		if refused {
+			c.left.AllowN(r.now(), 1)
 		}
 	}, 0
 }

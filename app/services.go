@@ -164,7 +164,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		Metrics:     metrics,
 		Registry:    registry,
 		Auth:        &Auth{Store: db, Now: d.Now, PasswordCost: d.PasswordCost},
-		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost, Idle: d.SessionIdle},
+		Sessions:    &Sessions{Store: db, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey), PasswordCost: d.PasswordCost, Idle: d.SessionIdle, Logger: d.Logger},
 		Portal:      &Portal{Store: db, Integrators: integrators, Now: d.Now, CSRFKey: keys.CSRF(d.MasterKey)},
 		Integrators: integrators,
 		Publisher:   publisher,

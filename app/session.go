@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -88,6 +89,7 @@ type Sessions struct {
 	Idle time.Duration
 	// PasswordCost is bcrypt's cost for new passwords (0: the default).
 	PasswordCost int
+	Logger       *slog.Logger // what could not be written (a session's expiry)
 
 	extended  sync.Map // session hash → when Resolve last extended it
 	extendedN atomic.Int64
@@ -223,7 +225,6 @@ func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error)
 	if last, ok := s.extended.Load(hash); ok && now.Sub(last.(time.Time)) < time.Minute {
 		return o, nil
 	}
-	s.extended.Store(hash, now)
 	if s.extendedN.Add(1)%1024 == 0 {
 		s.extended.Range(func(k, v any) bool {
 			if now.Sub(v.(time.Time)) >= time.Minute {
@@ -233,7 +234,17 @@ func (s *Sessions) Resolve(ctx context.Context, secret string) (Operator, error)
 		})
 	}
 	idle, ttl := s.lifetimes()
-	return o, s.Store.ExtendSession(ctx, hash, now, idle, ttl)
+	if err := s.Store.ExtendSession(ctx, hash, now, idle, ttl); err != nil {
+		// The session is valid: a store that cannot write now (busy,
+		// read-only during a failover) must not turn reads into errors.
+		// The next request tries again.
+		if s.Logger != nil {
+			s.Logger.Warn("extend a console session", "err", err)
+		}
+		return o, nil
+	}
+	s.extended.Store(hash, now)
+	return o, nil
 }
 
 // Check is Resolve without counting as activity: what a live page asks

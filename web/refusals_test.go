@@ -142,3 +142,28 @@ func TestDespachosAreBoundedAndAnswersDoNotGrow(t *testing.T) {
 		}
 	}
 }
+
+// An Upgrade header is no way around the limit: the API has no live
+// sockets, and a proxy may forward the header on every request (a review
+// found 400 refused requests with "Upgrade: x" all recorded).
+func TestAnUpgradeHeaderDoesNotEscapeTheRefusalLimit(t *testing.T) {
+	t.Parallel()
+	e := apiSetup(t)
+	limited := 0
+	for range app.RefusalBurst + 20 {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.URL+"/api/integradores", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+e.Tokens[app.PapelLeitor])
+		req.Header.Set("Upgrade", "websocket")
+		res, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusTooManyRequests {
+			limited++
+		}
+	}
+	if limited < 19 {
+		t.Fatalf("%d of %d refused requests with an Upgrade header answered 429", limited, app.RefusalBurst+20)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"geohub/app"
@@ -152,7 +153,13 @@ func (d Database) checkKey(ctx context.Context, db app.KeyCheckStore, key []byte
 		if err != nil {
 			return fmt.Errorf("read the master key's check: %w", err)
 		}
-		if stored == nil {
+		// New: no check pinned and nothing sealed yet (a database older
+		// than the check may hold secrets sealed with this very key).
+		samples, err := db.SealedSamples(ctx)
+		if err != nil {
+			return fmt.Errorf("read what the database holds sealed: %w", err)
+		}
+		if stored == nil && samples.IntegratorID == "" && samples.EventID == "" {
 			return fmt.Errorf("%s, key from %s: refused for a new database: %s; give 32 random bytes (openssl rand -hex 32)",
 				d.Where(), d.keySource(), why)
 		}
@@ -214,12 +221,16 @@ func (d Database) masterKey() ([]byte, error) {
 // owner (and its group, reading) may change: the master key opens every
 // secret at rest.
 func privateFile(path string) error {
+	if runtime.GOOS == "windows" {
+		return nil // no Unix modes: the file's ACL is the operator's to set
+	}
 	info, err := os.Stat(path)
 	if err != nil {
 		return err
 	}
 	if perm := info.Mode().Perm(); perm&0o037 != 0 {
-		return fmt.Errorf("%s has mode %04o, open to others: chmod 600 %s (0640 for a group that only reads it)", path, perm, path)
+		return fmt.Errorf("%s has mode %04o, open to others: chmod 600 %s (0640 for a group that only reads it; "+
+			"a Kubernetes secret: defaultMode 0400; or give the key in GEOHUB_MASTER_KEY)", path, perm, path)
 	}
 	return nil
 }

@@ -306,7 +306,13 @@ func (c *Console) authed(roles []app.Papel, h http.HandlerFunc) http.Handler {
 		var op app.Operator
 		ck, err := r.Cookie(sessionCookie)
 		if err == nil {
-			op, err = c.Sessions.Resolve(r.Context(), ck.Value)
+			resolve := c.Sessions.Resolve
+			if r.Header.Get("X-Geohub-Auto") != "" {
+				// A page refreshing itself (the overview's charts) is
+				// not the person's activity: the idle time runs on.
+				resolve = c.Sessions.Check
+			}
+			op, err = resolve(r.Context(), ck.Value)
 		} else {
 			err = app.Errorf(app.EUnauthorized, "sem sessão")
 		}

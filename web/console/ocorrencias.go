@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -217,7 +216,8 @@ func (c *Console) ocorrenciasLive(w http.ResponseWriter, r *http.Request) {
 	// Integrator names are read again only when a row names one not seen
 	// yet: listing integrators on every wake would cost more than the list.
 	var names map[string]string
-	c.serveSnapshot(w, r, "ocorrencias", fmt.Sprintf("%+v", f), c.Ocorrencias.Changed, func(ctx context.Context) (map[string]templ.Component, error) {
+	key, _ := json.Marshal(f) // unambiguous, as %+v of crafted values is not
+	c.serveSnapshot(w, r, "ocorrencias", string(key), c.Ocorrencias.Changed, func(ctx context.Context) (map[string]templ.Component, error) {
 		list, err := c.Ocorrencias.List(ctx, f)
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/web/refused"
 )
 
 // The integrators' portal (SPEC 8c): /portal, a CAD vendor's own corner,
@@ -98,16 +99,19 @@ func (c *Console) portalAuthed(h http.HandlerFunc) http.Handler {
 		s := &portalSession{in: in, secret: ck.Value, csrf: c.Portal.CSRF(ck.Value)}
 		addr, _ := c.TrustedProxies.Client(r)
 		ctx := app.WithActor(r.Context(), app.Actor{Tipo: app.ActorIntegrador, ID: in.ID, Nome: in.Nome, Endereco: addr})
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-			if !c.Portal.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
-				c.Audit.Refused(ctx, app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
-					app.Errorf(app.EForbidden, "token CSRF inválido"))
-				c.forbidden(w, r, nil, "O formulário expirou ou não veio desta página. Recarregue a página e tente de novo.")
-				return
+		// The portal spends the integrator's refusals, as its API key does.
+		refused.Limit(c.Refusals, "integrador:"+in.ID, w, r.WithContext(context.WithValue(ctx, portalKey{}, s)), func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost {
+				r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+				if !c.Portal.CheckCSRF(ck.Value, r.PostFormValue("csrf")) {
+					c.Audit.Refused(r.Context(), app.AcaoAcessoNegado, app.AuditTarget{Tipo: "rota", ID: r.Method + " " + r.URL.Path},
+						app.Errorf(app.EForbidden, "token CSRF inválido"))
+					c.forbidden(w, r, nil, "O formulário expirou ou não veio desta página. Recarregue a página e tente de novo.")
+					return
+				}
 			}
-		}
-		h(w, r.WithContext(context.WithValue(ctx, portalKey{}, s)))
+			h(w, r)
+		}, c.Fail)
 	})
 }
 

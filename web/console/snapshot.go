@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"sync"
@@ -192,7 +193,7 @@ func (fs *feeds) join(key string, render func(context.Context) (map[string]strin
 func (f *feed) run(ctx context.Context, wake <-chan struct{}, render func(context.Context) (map[string]string, error)) {
 	for {
 		rendered := time.Now()
-		parts, err := render(ctx)
+		parts, err := safeRender(ctx, render)
 		if ctx.Err() != nil {
 			return
 		}
@@ -210,6 +211,18 @@ func (f *feed) run(ctx context.Context, wake <-chan struct{}, render func(contex
 			}
 		}
 	}
+}
+
+// safeRender is render with a panic turned into its error: a feed runs
+// outside any request, where net/http would have recovered it, and must
+// not take the server down for a template's fault.
+func safeRender(ctx context.Context, render func(context.Context) (map[string]string, error)) (parts map[string]string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("render of a live view panicked: %v", p)
+		}
+	}()
+	return render(ctx)
 }
 
 func (f *feed) publish(s snapshot) {

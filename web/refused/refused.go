@@ -6,6 +6,7 @@ package refused
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"geohub/app"
@@ -17,7 +18,7 @@ import (
 // a 4xx (but a 429).
 func Limit(rs *app.Refusals, key string, w http.ResponseWriter, r *http.Request, next http.HandlerFunc,
 	fail func(http.ResponseWriter, *http.Request, error)) {
-	if r.Header.Get("Upgrade") != "" {
+	if liveSocket(r) {
 		// A live view's socket holds its request for as long as it is
 		// open, and refuses nothing once upgraded: checked, not held.
 		if wait := rs.Wait(key); wait > 0 {
@@ -33,8 +34,22 @@ func Limit(rs *app.Refusals, key string, w http.ResponseWriter, r *http.Request,
 		return
 	}
 	rec := &recorder{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			done(false) // the server's fault (a stream it aborted), not the client's
+			panic(p)
+		}
+	}()
 	next(rec, r)
 	done(rec.status >= 400 && rec.status < 500 && rec.status != http.StatusTooManyRequests)
+}
+
+// liveSocket says whether r opens one of the console's live views: a
+// websocket handshake on /ws/. Any other request with an Upgrade header is
+// an ordinary one (a proxy may forward the header on every request).
+func liveSocket(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/ws/") &&
+		strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 func tooMany(wait time.Duration) error {

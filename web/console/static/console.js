@@ -69,7 +69,8 @@ function refresh(el) {
   setInterval(async () => {
     if (document.hidden) return;
     try {
-      const res = await fetch(el.dataset.atualizar, { headers: { Accept: "text/html" } });
+      // Not the person's activity: the session's idle time runs on.
+      const res = await fetch(el.dataset.atualizar, { headers: { Accept: "text/html", "X-Geohub-Auto": "1" } });
       if (res.redirected && res.url.includes("/login")) return location.reload();
       if (res.ok) el.innerHTML = await res.text();
     } catch (_) {
