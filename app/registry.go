@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -155,6 +156,16 @@ func (r *Registry) Register(ctx context.Context, tv TypeVersion) (_ TypeVersion,
 		if !sameContent(stored, c.TypeVersion) {
 			return stored, false, Errorf(EConflict, "%s@%s já está registrado com outro conteúdo; publique uma nova versão", tv.Tipo, tv.Versao)
 		}
+		// Stored by another process (replicas starting together register
+		// the built-in types at once): this one takes it as stored, or it
+		// would refuse the type until Refresh (issue 27, B1).
+		adopted := *c
+		adopted.TypeVersion = stored
+		r.mu.Lock()
+		if _, ok := r.versions[tv.Tipo+"@"+tv.Versao]; !ok {
+			r.versions[tv.Tipo+"@"+tv.Versao] = &adopted
+		}
+		r.mu.Unlock()
 		return stored, false, nil
 	}
 	r.mu.Lock()
@@ -200,6 +211,69 @@ func (r *Registry) SetStatus(ctx context.Context, tipo, versao, status string) (
 	r.versions[tipo+"@"+versao] = &next
 	r.mu.Unlock()
 	return next.TypeVersion, nil
+}
+
+// Follow runs Refresh every interval until ctx ends: what another replica
+// registers or descontinues is in force here within about interval (SPEC
+// 12). failed hears each refresh that could not read the store.
+func (r *Registry) Follow(ctx context.Context, interval time.Duration, failed func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+			failed(err)
+		}
+	}
+}
+
+// Refresh adopts the versions stored by another process and the status
+// another gave them: the registry is the database's, this is its copy.
+func (r *Registry) Refresh(ctx context.Context) error {
+	all, err := r.store.TypeVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("refresh registry: %w", err)
+	}
+	r.mu.RLock()
+	known := make(map[string]*compiled, len(r.versions))
+	maps.Copy(known, r.versions)
+	r.mu.RUnlock()
+	changed := map[string]*compiled{}
+	for _, tv := range all {
+		key := tv.Tipo + "@" + tv.Versao
+		switch c, ok := known[key]; {
+		case !ok:
+			nc, err := compile(tv)
+			if err != nil {
+				return fmt.Errorf("compile stored %s: %w", key, err)
+			}
+			changed[key] = nc
+		case c.Status != tv.Status:
+			next := *c
+			next.Status = tv.Status
+			changed[key] = &next
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	// Under writeMu: a change of this process's own, store then memory,
+	// is not overwritten by a read taken before it.
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, c := range changed {
+		if cur, ok := r.versions[key]; ok && cur != known[key] {
+			continue // changed here since the read
+		}
+		r.versions[key] = c
+	}
+	return nil
 }
 
 // protect marks a version as a built-in plugin's (see RegisterBuiltinTypes).

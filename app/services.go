@@ -113,13 +113,14 @@ type Services struct {
 
 	dispatch bool
 	// Set by Start, used by Stop.
-	stop       context.CancelFunc
-	dispatched chan struct{}
-	led        <-chan struct{}
-	started    atomic.Bool // Remote wakes the services from then on
-	remoteSeen atomic.Bool // a first resync wake-up came (see Remote)
-	statsDone  chan struct{}
-	stopOnce   sync.Once
+	stop         context.CancelFunc
+	dispatched   chan struct{}
+	led          <-chan struct{}
+	started      atomic.Bool // Remote wakes the services from then on
+	remoteSeen   atomic.Bool // a first resync wake-up came (see Remote)
+	statsDone    chan struct{}
+	registryDone chan struct{}
+	stopOnce     sync.Once
 }
 
 // New builds the services on d.Store and loads what they cache (the
@@ -268,6 +269,13 @@ func (s *Services) Start(ctx context.Context) error {
 		defer close(s.statsDone)
 		s.Stats.Run(runCtx)
 	}()
+	// What another replica registers or descontinues (on SQLite, another
+	// process never does, and the read is of a small table).
+	s.registryDone = make(chan struct{})
+	go func() {
+		defer close(s.registryDone)
+		s.Registry.Follow(runCtx, SharedRefresh, func(err error) { s.Logger.Warn("registry not refreshed", "err", err) })
+	}()
 	return nil
 }
 
@@ -287,6 +295,9 @@ func (s *Services) Stop() {
 		}
 		if s.statsDone != nil {
 			<-s.statsDone
+		}
+		if s.registryDone != nil {
+			<-s.registryDone
 		}
 		if s.dispatched != nil {
 			<-s.dispatched

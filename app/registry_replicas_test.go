@@ -1,0 +1,63 @@
+package app_test
+
+import (
+	"testing"
+	"time"
+
+	"geohub/app"
+	"geohub/app/redact"
+	"geohub/store/storetest"
+)
+
+// Two registries on one database, as two replicas have (issue 27, B1): a
+// version the other stored first is taken as stored, not left unknown
+// until a restart, and what one registers or descontinues, the other
+// adopts at its next Refresh (Follow runs it every SharedRefresh).
+func TestRegistriesOnOneDatabaseAgree(t *testing.T) {
+	db := storetest.Open(t, time.Now)
+	a, err := app.NewRegistry(t.Context(), db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := app.NewRegistry(t.Context(), db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(r *app.Registry, key string) string {
+		for _, tv := range r.List() {
+			if tv.Tipo+"@"+tv.Versao == key {
+				return tv.Status
+			}
+		}
+		return ""
+	}
+	tv := app.TypeVersion{Tipo: "teste:replica", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+		Schema: []byte(`{"type":"object"}`), Redacao: redact.Rules{Manter: []string{""}}}
+	if _, created, err := a.Register(t.Context(), tv); err != nil || !created {
+		t.Fatalf("register on A: %v %v", created, err)
+	}
+	if _, created, err := b.Register(t.Context(), tv); err != nil || created {
+		t.Fatalf("the same registration on B: %v %v", created, err)
+	}
+	if got := status(b, "teste:replica@1.0.0"); got != app.StatusAtivo {
+		t.Fatalf("B refuses the version A stored first: %q", got)
+	}
+
+	other := tv
+	other.Tipo = "teste:outra"
+	if _, _, err := a.Register(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetStatus(t.Context(), "teste:replica", "1.0.0", app.StatusDeprecado); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(b, "teste:outra@1.0.0"); got != app.StatusAtivo {
+		t.Fatalf("B does not know a type A registered: %q", got)
+	}
+	if got := status(b, "teste:replica@1.0.0"); got != app.StatusDeprecado {
+		t.Fatalf("B still takes a version A descontinued: %q", got)
+	}
+}
