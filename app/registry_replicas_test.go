@@ -61,3 +61,26 @@ func TestRegistriesOnOneDatabaseAgree(t *testing.T) {
 		t.Fatalf("B still takes a version A descontinued: %q", got)
 	}
 }
+
+// A token revoked on one replica is refused on another within a second
+// (issue 27): the other's cache held it for 30 s.
+func TestRevokedTokenStopsOnEveryReplicaWithinASecond(t *testing.T) {
+	db := storetest.Open(t, time.Now)
+	clock := &fakeClock{now: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
+	a := &app.Auth{Store: db, Now: clock.Now}
+	b := &app.Auth{Store: db, Now: clock.Now}
+	secret, tok, err := a.CreateToken(t.Context(), app.PapelLeitor, "painel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Authenticate(t.Context(), secret); err != nil {
+		t.Fatal(err) // now in B's cache
+	}
+	if err := a.RevokeToken(t.Context(), tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(app.SharedRefresh + time.Millisecond)
+	if _, err := b.Authenticate(t.Context(), secret); app.ErrorCode(err) != app.EUnauthorized {
+		t.Fatalf("B still accepts the token revoked on A a second later: %v", err)
+	}
+}
