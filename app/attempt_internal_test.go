@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -159,6 +160,25 @@ func TestBreakerMeasuresTheEndpoint(t *testing.T) {
 		}
 		if b.cooldown != breakerMaxCooldown {
 			t.Fatalf("cooldown %v", b.cooldown)
+		}
+	})
+	// SPEC 6.4: the first probe about 2 s after the circuit opens, then
+	// twice the wait after each failed probe, up to 30 s.
+	t.Run("probes after 2 s, doubling to 30 s", func(t *testing.T) {
+		var b breaker
+		at := now
+		for i := range breakerThreshold {
+			b.record(int64(i), true, true, at)
+		}
+		var waits []time.Duration
+		for range 6 {
+			waits = append(waits, b.openUntil.Sub(at))
+			at = b.openUntil
+			b.record(99, true, true, at) // the probe fails
+		}
+		want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+		if !slices.Equal(waits, want) {
+			t.Fatalf("waits between probes %v, want %v", waits, want)
 		}
 	})
 }

@@ -12,9 +12,13 @@ import (
 
 // Circuit breaker limits (SPEC 6.4).
 const (
-	breakerThreshold   = 5 // consecutive failed attempts of distinct events, or without an HTTP answer, that open it
-	breakerCooldown    = 30 * time.Second
-	breakerMaxCooldown = 10 * time.Minute
+	breakerThreshold = 5 // consecutive failed attempts of distinct events, or without an HTTP answer, that open it
+	// The first probe goes about 2 s after the circuit opens, and each
+	// failed one doubles the wait up to 30 s (SPEC 6.4): a CAD back from a
+	// short restart is not held for half a minute (issue 27: a 4 s outage
+	// cost ~29 s), one down for long gets a probe every 30 s.
+	breakerCooldown    = 2 * time.Second
+	breakerMaxCooldown = 30 * time.Second
 )
 
 // Circuit states, as the integrator's representation names them.
