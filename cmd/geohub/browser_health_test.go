@@ -137,9 +137,8 @@ func TestConsoleHealthAndPhone(t *testing.T) {
 		answer.Store(http.StatusNoContent)
 		do(t, ctx, "open the integrator", chromedp.Navigate(base+"/integradores/"+in.ID),
 			chromedp.WaitVisible(css(`#saude form[action$="/tentar-agora"] button`)))
-		if badge := text(t, ctx, `#saude .selo`); badge == "circuito fechado" {
-			t.Fatalf("before Tentar agora the circuit reads %q", badge)
-		}
+		// The circuit's probe (2 s after it opened, SPEC 6.4) may have
+		// closed it already; the queue still waits for its retry times.
 		if fila := text(t, ctx, `#saude [data-fila]`); !strings.Contains(fila, strconv.Itoa(queued)+" entregas pendentes") {
 			t.Errorf("backlog before: %q", fila)
 		}
