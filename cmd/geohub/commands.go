@@ -167,7 +167,7 @@ func tokenRevokeCmd(ctx context.Context, args []string) error {
 	if err := auth.RevokeToken(cliContext(ctx), *id); err != nil {
 		return err
 	}
-	fmt.Printf("token %s revogado; servidores em execução o recusam em até 30 s\n", *id)
+	fmt.Printf("token %s revogado; servidores em execução o recusam em até 1 s\n", *id)
 	return nil
 }
 
