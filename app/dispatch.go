@@ -369,7 +369,7 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 			st.inFlight[id]++
 			st.total++
 			st.sending[h.ID] = true
-			go func() { results <- d.deliver(ctx, h.Delivery) }()
+			go func() { results <- d.deliver(ctx, h.Delivery, h.leaseEnd) }()
 		}
 		st.nQueued -= n
 		if n == len(held) {
@@ -673,7 +673,7 @@ func (d *Dispatcher) openBody(del Delivery) ([]byte, error) {
 }
 
 // deliver makes one attempt and decides what follows it.
-func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
+func (d *Dispatcher) deliver(ctx context.Context, del Delivery, leaseEnd time.Time) DeliveryResult {
 	res := DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador}
 	start := d.Now()
 	// The attempt's number counts every attempt the row had, across resends;
@@ -695,6 +695,17 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery) DeliveryResult {
 	res.Attempt.RespostaSelada = d.Integrators.Sealer.SealResponse(r.Snippet, res.Attempt.EntregaID)
 	if r.Err != nil {
 		res.Attempt.Erro = r.Err.Error()
+	}
+	if !r.Succeeded() && end.After(leaseEnd) {
+		// The lease ran out during the attempt, by this process's own
+		// (monotonic) clock: it was paused (SIGSTOP, a VM pause) or starved,
+		// and a failure now says more of the pause than of the receiver (a
+		// 204 read 40 s late is "não respondeu a tempo"). The row may be
+		// another worker's already: nothing is recorded as this attempt's
+		// outcome; the row goes back to pendente at once, uncounted, if it
+		// is still this worker's (issue 27, B4).
+		return DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador, Status: EntregaPendente,
+			Proxima: end, Kind: ResultDeferred}
 	}
 	out := decide(integratorBackoff(in), attempt-del.TentativasAntes, r, end, d.Jitter())
 	res.Proxima, res.UltimoErr = out.Proxima, out.Reason

@@ -98,3 +98,37 @@ func TestRetryNowIsOncePerIntervalPerIntegrator(t *testing.T) {
 		t.Fatalf("another integrator's: %v", err)
 	}
 }
+
+// An attempt that outlived its lease by the dispatcher's own clock (the
+// process was paused: SIGSTOP, a VM pause) records no failure: the 204 the
+// receiver gave in 20 ms read 40 s later was "não respondeu a tempo", and the
+// row went out again after its successors (issue 27, B4). It goes back to
+// pendente uncounted, and the next attempt is the one recorded.
+func TestAnAttemptPastItsLeaseRecordsNoFailure(t *testing.T) {
+	t.Parallel()
+	k := newOutboxKit(t)
+	rc := newReceiver(t, func(n int, _ *http.Request) int {
+		if n == 1 {
+			k.clock.Add(2 * app.DefaultLease) // paused mid-attempt
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	})
+	in := k.integrator(t, rc, nil)
+	k.publish(t, "teste:a", "x:1", nil)
+	k.recordedUntil(t, "the row delivered", func() bool { return k.inStatus(t, in.ID, app.EntregaEntregue) == 1 })
+	page, err := k.deliveries.List(t.Context(), app.DeliveryFilter{Integrador: in.ID})
+	if err != nil || len(page.Linhas) != 1 {
+		t.Fatalf("%+v %v", page, err)
+	}
+	d, err := k.deliveries.Get(t.Context(), page.Linhas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Tentativas) != 1 || d.Tentativas[0].StatusCode != http.StatusNoContent {
+		t.Fatalf("attempts recorded: %+v; want only the one that delivered", d.Tentativas)
+	}
+	if len(rc.requests()) != 2 {
+		t.Fatalf("%d requests, want the paused one and the next", len(rc.requests()))
+	}
+}
