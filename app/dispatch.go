@@ -485,10 +485,9 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 			now = at
 		}
 	}
-	if len(rec.failing) > 0 && !d.Leader.Leading() {
-		// The leader disables: two replicas must not both do it and audit it.
-		rec.failing = nil
-	}
+	// Any replica whose finishes show the failing period disables (issue
+	// 27): the leader alone missed the failures only followers saw.
+	// Disable re-reads the integrator and leaves one already inactive.
 	for id, since := range rec.failing {
 		// Checked at a failure, so the last failure is now: both the 120 h
 		// of failing and the 12 h spread between first and last hold.

@@ -586,6 +586,11 @@ func (s *Integrators) Disable(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
+	if !in.Ativo {
+		// Another replica (or an operator) was first: any replica that
+		// sees the failing period may disable it, and one does.
+		return nil
+	}
 	old := in
 	in.Ativo, in.MotivoInativo, in.AtualizadoEm = false, reason, s.Now().UTC()
 	audit := NewAudit(ctx, AcaoIntegradorDesativar, AuditTarget{Tipo: "integrador", ID: id, Nome: in.Nome})
