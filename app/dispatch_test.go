@@ -613,9 +613,25 @@ func TestTheBreakerDefersAFailingIntegratorUntilAProbeSucceeds(t *testing.T) {
 	}
 }
 
+// An integrator failing for 120 h is disabled by whichever replica sees it
+// fail: a follower too (issue 27), where only the leader's own finishes
+// could disable.
 func TestAnIntegratorFailingFor120HoursIsDisabled(t *testing.T) {
 	t.Parallel()
-	k := newOutboxKit(t)
+	t.Run("on the leader", func(t *testing.T) { testDisabledAfter120Hours(t, nil) })
+	t.Run("on a follower", func(t *testing.T) {
+		testDisabledAfter120Hours(t, func(d *app.Dispatcher) { d.Leader.Store = neverElected{d.Leader.Store} })
+	})
+}
+
+// neverElected is an election another replica always holds.
+type neverElected struct{ app.LeaderStore }
+
+func (neverElected) Elect(context.Context, string, time.Duration) (int64, error) { return 0, nil }
+
+func testDisabledAfter120Hours(t *testing.T, tune func(*app.Dispatcher)) {
+	t.Parallel()
+	k := newOutboxKitWith(t, tune)
 	rc := newReceiver(t, func(int, *http.Request) int { return 500 })
 	in := k.integrator(t, rc, func(n *app.NewIntegrator) {
 		n.Eventos = []string{"teste:a"}
