@@ -1,5 +1,7 @@
 package postgres
 
+import "context"
+
 // Test hooks into the writer, for the package's external tests.
 
 // OnBeforeCommit calls fn in the writer goroutine with the number of
@@ -33,3 +35,8 @@ const ClaimCandidatesSQL = claimCandidatesSQL
 
 // ClaimHeadsSQL is the claim's look by aggregate, for its plan.
 const ClaimHeadsSQL = claimHeadsSQL
+
+// WriterNoop runs an empty operation through the writer: a batch to hold.
+func WriterNoop(ctx context.Context, db *DB) error {
+	return db.do(ctx, func(*wtx) error { return nil })
+}

@@ -118,7 +118,7 @@ func blockWriter(t *testing.T, db *postgres.DB, sizes *[]int) func() {
 		}
 		*sizes = append(*sizes, n)
 	})
-	go db.Writable(context.Background())
+	go postgres.WriterNoop(context.Background(), db)
 	<-waiting
 	var once sync.Once
 	return func() { once.Do(func() { close(gate) }) }
@@ -476,5 +476,21 @@ func TestAppendsEnqueueBeforeTakingLogHead(t *testing.T) {
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// /readyz's check does not wait on the writer: a write held on another
+// replica's lock (a frozen replica holds log_head until its session is cut)
+// must not make every replica unready (issue 27, B2).
+func TestWritableDoesNotWaitOnTheWriter(t *testing.T) {
+	t.Parallel()
+	db := open(t, freshDatabase(t))
+	var sizes []int
+	release := blockWriter(t, db, &sizes)
+	defer release()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := db.Writable(ctx); err != nil {
+		t.Fatalf("Writable while the writer is held: %v", err)
 	}
 }
