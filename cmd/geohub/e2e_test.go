@@ -323,7 +323,7 @@ func TestDemoShowsEventsFlowingAndSurvivesARestart(t *testing.T) {
 			// The demo starts beside the listener: its integrator a moment later.
 			waitFor(t, 10*time.Second, "--demo resumes the demo integrator", func() (bool, string) {
 				on, why := demoState(srv)
-				return on, why
+				return on && strings.Contains(srv.out.String(), "demo running"), why
 			})
 		}
 		srv.cmd.Process.Signal(os.Interrupt)

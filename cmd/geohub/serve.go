@@ -335,6 +335,9 @@ func (m *Main) Run(ctx context.Context) error {
 		if err != nil {
 			stopDemo()
 			httpSrv.Close()
+			if ctx.Err() != nil {
+				return nil // stopped (Ctrl-C) while the demo was starting
+			}
 			return err
 		}
 		defer waitDemo()
