@@ -78,17 +78,17 @@ func (r *Refusals) Reserve(key string) (done func(refused bool), wait time.Durat
 	if r.m == nil {
 		r.m = map[string]*refusals{}
 	}
-	if len(r.m) >= 4096 {
-		// Many credentials refused: forget the idle ones refilled to the
-		// full burst.
-		for k, c := range r.m {
-			if c.inflight == 0 && c.left.TokensAt(now) >= RefusalBurst {
-				delete(r.m, k)
-			}
-		}
-	}
 	c := r.m[key]
 	if c == nil {
+		if len(r.m) >= 4096 {
+			// Many credentials: forget the idle ones refilled to the full
+			// burst, once per new credential rather than per request.
+			for k, c := range r.m {
+				if c.inflight == 0 && c.left.TokensAt(now) >= RefusalBurst {
+					delete(r.m, k)
+				}
+			}
+		}
 		c = &refusals{left: rate.NewLimiter(RefusalRate, RefusalBurst)}
 		r.m[key] = c
 	}

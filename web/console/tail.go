@@ -9,9 +9,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a-h/templ"
 	"github.com/gorilla/websocket"
@@ -270,20 +270,10 @@ func (c *Console) closeTail(conn *websocket.Conn, code int, reason string, err e
 	case code == websocket.CloseInternalServerErr && errors.As(err, &e) && e.Code.HTTPStatus() < 500:
 		// The request's own fault (a filter the page was given): said to
 		// it, with its words, as a 4xx close; nothing failed here (issue
-		// 26, I6).
-		code, reason = closeRefused, clip(e.Message, 120)
+		// 26, I6). A close frame's reason has room for 123 bytes.
+		code, reason = closeRefused, strings.ToValidUTF8(e.Message[:min(len(e.Message), 120)], "")
 	case err != nil:
 		c.Logger.Error("live tail failed", "err", err)
 	}
 	conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
-}
-
-// clip cuts s to at most n bytes on a rune boundary: a close frame's
-// reason has room for 123.
-func clip(s string, n int) string {
-	for len(s) > n {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
 }
