@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,4 +247,122 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	}
 	checkDLQ(t, client, survivor.addr, token)
 	t.Logf("drained %d deliveries through %d surviving replicas", want, len(rs.alive()))
+}
+
+// Issue 27 B2: a replica frozen by SIGSTOP (a VM pause, CPU starvation, a
+// debugger) in the middle of its writes costs the other replicas at most
+// about 2 s. They keep acknowledging publishes and answering /readyz,
+// while the frozen one holds whatever locks its transaction had when it
+// stopped: log_head's, an advisory key. It is frozen three times, so that
+// at least one freeze most likely comes inside a transaction.
+func TestAFrozenReplicaCostsTheOthersAtMostTwoSeconds(t *testing.T) {
+	const (
+		freezes    = 3
+		frozen     = 4 * time.Second
+		perReplica = 4 // publishers on each replica
+		maxGap     = 3 * time.Second
+	)
+	rs := newReplicaSet(t, 3, "--insecure-callbacks")
+	bin, _ := plainBinary()
+	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
+	if err != nil {
+		t.Fatalf("token create: %v %s", err, out)
+	}
+	token := lastLine(out)
+	client := &http.Client{Timeout: 30 * time.Second}
+	receiver := newCAD()
+	cadSrv := httptest.NewServer(receiver)
+	defer cadSrv.Close()
+	registerCAD(t, client, rs.nodes[0].addr, token, "CAD", cadSrv.URL)
+	healthy, victim := rs.nodes[:2], rs.nodes[2]
+
+	var (
+		mu       sync.Mutex
+		acks     []time.Time // publishes acknowledged by the healthy replicas
+		problems []string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	publish := func(c *child, record bool, n int) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			a, err := call(client, "POST", "http://"+c.addr+"/api/events", token,
+				eventBody(newEventID(), fmt.Sprintf("jornada:equipe-%d", n%12)))
+			if !record {
+				continue // the frozen replica's own answers may be anything
+			}
+			mu.Lock()
+			if err != nil || a.status != http.StatusCreated {
+				problems = append(problems, fmt.Sprintf("%s: publish: %v %d %s", time.Now().Format("15:04:05.000"), err, a.status, a.body))
+			} else {
+				acks = append(acks, time.Now())
+			}
+			mu.Unlock()
+			n++
+		}
+	}
+	for i, c := range rs.nodes {
+		for j := range perReplica {
+			wg.Go(func() { publish(c, c != victim, i*perReplica+j) })
+		}
+	}
+	ready := &http.Client{Timeout: 2 * time.Second}
+	for _, c := range healthy {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				res, err := ready.Get("http://" + c.addr + "/readyz")
+				if err == nil {
+					res.Body.Close()
+				}
+				if err != nil || res.StatusCode != http.StatusOK {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%s: /readyz: %v %v", time.Now().Format("15:04:05.000"), err, res))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second)
+	from := time.Now()
+	for range freezes {
+		victim.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(frozen)
+		victim.cmd.Process.Signal(syscall.SIGCONT)
+		time.Sleep(time.Second)
+	}
+	to := time.Now()
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	slices.SortFunc(acks, func(a, b time.Time) int { return a.Compare(b) })
+	last, worst, n := from, time.Duration(0), 0
+	for _, at := range acks {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		n++
+		if gap := at.Sub(last); gap > worst {
+			worst = gap
+		}
+		last = at
+	}
+	worst = max(worst, to.Sub(last))
+	t.Logf("%d publishes acknowledged by the two healthy replicas over %v of freezes; the longest gap %v", n, to.Sub(from).Round(time.Millisecond), worst)
+	if worst > maxGap {
+		t.Errorf("the healthy replicas acknowledged nothing for %v while the third was frozen (want at most %v)", worst, maxGap)
+	}
 }

@@ -76,19 +76,28 @@ type Options struct {
 // tcp_* below; ignored over a Unix socket, where a hang is not the
 // network's). A transaction left open by a replica that hangs (not one
 // that dies: its connection closes and the server rolls it back) is ended
-// by the server after the idle timeout, far above the milliseconds a group
-// commit holds its locks (the command lock's transaction, idle for as long
-// as its command waits for the writer, sets a longer one: LockCommands).
+// by the server after idleInTransaction, far above the milliseconds a
+// group commit sits between two statements (the command lock's
+// transaction, idle for as long as its command waits for the writer, sets
+// a longer one: LockCommands).
 var settings = map[string]string{
 	"synchronous_commit":                  "on",
 	"TimeZone":                            "UTC",
 	"application_name":                    "geohub",
-	"idle_in_transaction_session_timeout": "15s",
+	"idle_in_transaction_session_timeout": idleInTransaction,
 	"tcp_keepalives_idle":                 "10",
 	"tcp_keepalives_interval":             "5",
 	"tcp_keepalives_count":                "3",
 	"tcp_user_timeout":                    "20000", // milliseconds
 }
+
+// idleInTransaction is how long a frozen replica (SIGSTOP, a VM pause, CPU
+// starvation) can hold the locks every replica queues for, log_head's
+// among them: the others' writes wait that long and no longer (issue 27,
+// B2: at 15 s, one frozen replica stopped every replica's publishes for
+// 15 s). The writer runs a batch that the server ended this way again
+// (retryable): the server rolled it back, since it had not seen COMMIT.
+const idleInTransaction = "2s"
 
 // The client side of a silent link: keepalives from 10 s idle, every 5 s,
 // 3 lost; and unacknowledged data dropped after 20 s (userTimeout).

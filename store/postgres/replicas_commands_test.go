@@ -34,7 +34,7 @@ func TestTheCommandLockOutlivesTheWriter(t *testing.T) {
 		t.Fatalf("the command lock ends after %d ms idle, within the writer's %v", got, worst)
 	}
 	// The session's own setting is left as it was.
-	if v, err := db.Setting(t.Context(), "idle_in_transaction_session_timeout", false); err != nil || v != "15s" {
+	if v, err := db.Setting(t.Context(), "idle_in_transaction_session_timeout", false); err != nil || v != "2s" {
 		t.Fatalf("the readers' idle timeout: %q, %v", v, err)
 	}
 }

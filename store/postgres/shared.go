@@ -181,8 +181,7 @@ func (db *DB) lockCommands(ctx context.Context) (pgx.Tx, error) {
 // commandHold is how long the command lock outlives a replica that holds
 // it and says nothing: longer than the command's append can take in the
 // writer, which is the batch running ahead of it and then its own, each at
-// writerWorst, plus the 15 s every session has (settings) for the command's
-// own reads and handler.
+// writerWorst, plus 15 s for the command's own reads and handler.
 func commandHold(batchTimeout time.Duration) time.Duration {
 	return 2*writerWorst(batchTimeout) + 15*time.Second
 }

@@ -236,14 +236,16 @@ func storageError(err error) error {
 
 // retryable says err aborted the transaction for a reason that running it
 // again can clear: a deadlock (40P01), a serialization failure (40001), a
-// lock wait longer than lock_timeout (55P03), or an event committed by
-// another replica since this batch looked (errRaced).
+// lock wait longer than lock_timeout (55P03), the server ending the
+// transaction after idleInTransaction (25P03: this process was paused or
+// starved between two statements, never past COMMIT), or an event
+// committed by another replica since this batch looked (errRaced).
 func retryable(err error) bool {
 	if errors.Is(err, errRaced) {
 		return true
 	}
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03")
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "55P03" || pe.Code == "25P03")
 }
 
 // errRaced: an append met, at its insert, an event_id another replica
