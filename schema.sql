@@ -522,3 +522,10 @@ CREATE INDEX outbox_integrador_idx ON outbox (integrador_id, criado_em);
 UPDATE delivery_attempt SET resposta = '', resposta_selada = NULL
 WHERE (resposta <> '' OR resposta_selada IS NOT NULL)
   AND outbox_id IN (SELECT id FROM outbox WHERE expurgado = 1);
+
+-- migration: 18
+
+-- Each claim names its lease (issue 27, B4): an outcome, a deferral or a
+-- renewal counts only while the row is still leased by the claim that
+-- sent it, not by a later one of the same worker.
+ALTER TABLE outbox ADD COLUMN lease_token INTEGER;

@@ -37,6 +37,10 @@ type Delivery struct {
 
 	Corpo  []byte `json:"-"` // the envelope, sealed (Sealer.SealBody); nil once purged
 	Quedas int    `json:"-"`
+	// Token names the claim that leased the row (0: not leased): its
+	// outcome and its renewals count only while the row is still leased by
+	// that claim, not by a later one, this worker's own included.
+	Token int64 `json:"-"`
 	// TentativasAntes is how many attempts the row had when an operator last
 	// resent it: the attempt budget counts from there, the numbering does not.
 	TentativasAntes int `json:"-"`
@@ -76,6 +80,7 @@ type Outbox struct {
 type DeliveryResult struct {
 	ID         int64
 	Worker     string
+	Token      int64 // the claim's (Delivery.Token)
 	Status     string // entregue, pendente (retry) or falhou
 	Proxima    time.Time
 	Attempt    Attempt
@@ -135,6 +140,9 @@ func (k ResultKind) Failed() bool { return k == ResultRefused || k == ResultNoAn
 // reached the wire.
 func (k ResultKind) OfReceiver() bool { return k != ResultUnsent && k != ResultDeferred }
 
+// Leased is a row a renewal kept leased, and the claim it belongs to.
+type Leased struct{ ID, Token int64 }
+
 // Quota is how many rows a claim may take for one integrator.
 type Quota struct {
 	Integrador string
@@ -166,6 +174,10 @@ type OutboxStore interface {
 	// commit, not two, per round of the dispatcher.
 	FinishDeliveries(ctx context.Context, results []DeliveryResult, worker string, now time.Time, lease time.Duration,
 		quotas []Quota) (map[string]time.Time, []Delivery, error)
+	// RenewDeliveries moves the end of worker's live leases to lease after
+	// the store's now, and says which rows (and claims) it renewed. A lease
+	// already ended is the reaper's, never renewed.
+	RenewDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration) ([]Leased, error)
 	// ReapDeliveries returns rows whose lease expired to pendente, or to
 	// falhou once they took a worker down maxQuedas times.
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)

@@ -112,7 +112,7 @@ func testFreedRow(t *testing.T, attemptsOnly bool) {
 	if attemptsOnly {
 		finisher = b.DB
 	}
-	if _, _, err := finisher.FinishDeliveries(ctx, []app.DeliveryResult{{ID: claimed[0].ID, Worker: worker,
+	if _, _, err := finisher.FinishDeliveries(ctx, []app.DeliveryResult{{ID: claimed[0].ID, Token: claimed[0].Token, Worker: worker,
 		Integrador: in.ID, Status: app.EntregaEntregue,
 		Attempt: app.Attempt{EntregaID: uuid.NewString(), Tentativa: 1, Inicio: now, StatusCode: http.StatusNoContent}}},
 		worker, now, time.Minute, nil); err != nil {

@@ -46,7 +46,7 @@ const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp,
 // row: under READ COMMITTED, two replicas whose statements started before
 // either committed could otherwise each take a different row of one
 // aggregate.
-const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2
+const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2, lease_token = ?6
 	WHERE id IN (SELECT o.id FROM outbox AS o INDEXED BY outbox_due_idx
 		WHERE o.integrador_id = ?3 AND o.status = 'pendente' AND o.proxima_tentativa <= ?4
 		AND NOT EXISTS (SELECT 1 FROM outbox AS f INDEXED BY outbox_inflight_idx

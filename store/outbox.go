@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -23,9 +25,10 @@ const (
 	insertCorpoSQL = `INSERT INTO outbox_corpo (outbox_id, corpo) VALUES (?, ?)`
 	finishSQL      = `UPDATE outbox SET status = ?, tentativas = tentativas + 1,
 				proxima_tentativa = ?, lease_ate = NULL, worker = NULL, ultimo_status = ?, ultimo_erro = ?,
-				entregue_em = ?, falhou_em = ? WHERE id = ? AND worker = ? AND status = 'processando'`
-	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL
-				WHERE id = ? AND worker = ? AND status = 'processando'`
+				entregue_em = ?, falhou_em = ?, lease_token = NULL
+				WHERE id = ? AND worker = ? AND lease_token = ? AND status = 'processando'`
+	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = ?, lease_ate = NULL, worker = NULL,
+				lease_token = NULL WHERE id = ? AND worker = ? AND lease_token = ? AND status = 'processando'`
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
 				duracao_ms, status_code, erro, resposta_selada) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	clearFailingSQL = `UPDATE integrator SET falhando_desde = NULL,
@@ -72,7 +75,8 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 }
 
 const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado`
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado,
+	coalesce(lease_token, 0)`
 
 // corpoColumn reads a delivery's body beside its row: NULL once purged.
 const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
@@ -82,7 +86,7 @@ func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
 	var proxima, criado int64
 	var ultimo, entregue sql.NullInt64
 	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado}
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado, &d.Token}
 	if withBody {
 		dest = append(dest, &d.Corpo)
 	}
@@ -125,7 +129,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if q.N <= 0 {
 			continue
 		}
-		rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N)
+		rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N, newLeaseToken())
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -163,7 +167,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		}
 		for _, r := range results {
 			if r.Kind == app.ResultDeferred {
-				if _, err := tx.stmt(tx.stmts.deferRow).Exec(ms(r.Proxima), r.ID, r.Worker); err != nil {
+				if _, err := tx.stmt(tx.stmts.deferRow).Exec(ms(r.Proxima), r.ID, r.Worker, r.Token); err != nil {
 					return fmt.Errorf("defer delivery %d: %w", r.ID, err)
 				}
 				continue
@@ -181,7 +185,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				code = r.Attempt.StatusCode
 			}
 			if _, err := tx.stmt(tx.stmts.finish).Exec(r.Status, ms(r.Proxima), code, r.UltimoErr, entregue, falhou,
-				r.ID, r.Worker); err != nil {
+				r.ID, r.Worker, r.Token); err != nil {
 				return fmt.Errorf("finish delivery %d: %w", r.ID, err)
 			}
 			a := r.Attempt
@@ -220,12 +224,43 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	return failing, claimed, nil
 }
 
+// RenewDeliveries implements app.OutboxStore.
+func (db *DB) RenewDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration) ([]app.Leased, error) {
+	var out []app.Leased
+	err := db.do(ctx, func(tx *wtx) error {
+		out = out[:0]
+		rows, err := tx.Query(`UPDATE outbox SET lease_ate = ?1
+			WHERE status = 'processando' AND worker = ?2 AND lease_ate >= ?3
+			RETURNING id, lease_token`, ms(now.Add(lease)), worker, ms(now))
+		if err != nil {
+			return fmt.Errorf("renew leases: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l app.Leased
+			if err := rows.Scan(&l.ID, &l.Token); err != nil {
+				return fmt.Errorf("renew leases: %w", err)
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// newLeaseToken names one claim (app.Delivery.Token): random, so that no
+// two claims of any worker, before or after a restart, share one.
+func newLeaseToken() int64 { return rand.Int64N(math.MaxInt64) + 1 }
+
 // ReapDeliveries implements app.OutboxStore.
 func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error) {
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		res, err := tx.Exec(`UPDATE outbox SET
-				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
+				quedas = quedas + 1, lease_ate = NULL, worker = NULL, lease_token = NULL,
 				status = CASE WHEN quedas + 1 >= ?1 THEN 'falhou' ELSE 'pendente' END,
 				ultimo_erro = CASE WHEN quedas + 1 >= ?1
 					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
@@ -245,7 +280,7 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 // leases go back to pendente at once instead of waiting to expire.
 func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+		_, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL, lease_token = NULL
 			WHERE status = 'processando' AND worker = ?`, worker)
 		return err
 	})
@@ -281,7 +316,7 @@ func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int
 			return fmt.Errorf("reconcile leases: %w", err)
 		}
 		for _, id := range free {
-			if _, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
+			if _, err := tx.Exec(`UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL, lease_token = NULL
 				WHERE id = ? AND status = 'processando' AND worker = ?`, id, worker); err != nil {
 				return fmt.Errorf("reconcile leases: %w", err)
 			}

@@ -57,7 +57,7 @@ func tailSeed(t *testing.T, n int) (*DB, string) {
 		}
 		var results []app.DeliveryResult
 		for _, d := range claimed {
-			results = append(results, app.DeliveryResult{ID: d.ID, Worker: "w", Status: app.EntregaEntregue, Proxima: now,
+			results = append(results, app.DeliveryResult{ID: d.ID, Token: d.Token, Worker: "w", Status: app.EntregaEntregue, Proxima: now,
 				Integrador: d.Integrador, Attempt: app.Attempt{EntregaID: uuid.NewString(), Tentativa: 1, Inicio: now,
 					DuracaoMS: 3, StatusCode: 204}})
 		}

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +25,8 @@ import (
 var _ app.AttemptLog = (*DB)(nil)
 
 const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado`
+	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado,
+	coalesce(lease_token, 0)`
 
 // corpoColumn reads a delivery's body beside its row: NULL once purged.
 const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
@@ -33,7 +36,7 @@ func scanDelivery(row pgx.Row, withBody bool) (app.Delivery, error) {
 	var proxima, criado int64
 	var ultimo, entregue *int64
 	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado}
+		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado, &d.Token}
 	if withBody {
 		dest = append(dest, &d.Corpo)
 	}
@@ -162,7 +165,7 @@ const (
 			ORDER BY o.proxima_tentativa, o.id LIMIT $3)
 		SELECT id FROM h WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(h.agregado))
 		ORDER BY proxima_tentativa, id`
-	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4,
+	claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ` + dbNowMS + ` + $3, worker = $4, lease_token = $5,
 			tentativas = greatest(tentativas,
 				(SELECT coalesce(max(tentativa), 0) FROM delivery_attempt WHERE outbox_id = outbox.id))
 		WHERE id IN (SELECT o.id FROM outbox AS o
@@ -201,7 +204,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if len(ids) == 0 {
 			continue
 		}
-		rows, err := tx.Query(tx.ctx, claimSQL, ids, ms(now), lease.Milliseconds(), worker)
+		rows, err := tx.Query(tx.ctx, claimSQL, ids, ms(now), lease.Milliseconds(), worker, newLeaseToken())
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -270,12 +273,14 @@ const dbNowMS = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 // the reaper has committed (the attempt is still recorded).
 const (
 	finishSQL = `UPDATE outbox SET status = $1, tentativas = tentativas + 1,
-				proxima_tentativa = $2, lease_ate = NULL, worker = NULL, ultimo_status = $3, ultimo_erro = $4,
-				entregue_em = $5, falhou_em = $6 WHERE id = (SELECT id FROM outbox
-					WHERE id = $7 AND worker = $8 AND status = 'processando' FOR NO KEY UPDATE SKIP LOCKED)`
-	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, lease_ate = NULL, worker = NULL
-				WHERE id = (SELECT id FROM outbox
-					WHERE id = $2 AND worker = $3 AND status = 'processando' FOR NO KEY UPDATE SKIP LOCKED)`
+				proxima_tentativa = $2, lease_ate = NULL, worker = NULL, lease_token = NULL, ultimo_status = $3,
+				ultimo_erro = $4, entregue_em = $5, falhou_em = $6 WHERE id = (SELECT id FROM outbox
+					WHERE id = $7 AND worker = $8 AND lease_token = $9 AND status = 'processando'
+					FOR NO KEY UPDATE SKIP LOCKED)`
+	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, lease_ate = NULL, worker = NULL,
+				lease_token = NULL WHERE id = (SELECT id FROM outbox
+					WHERE id = $2 AND worker = $3 AND lease_token = $4 AND status = 'processando'
+					FOR NO KEY UPDATE SKIP LOCKED)`
 	// An attempt is recorded once, even when a finishing batch whose
 	// commit was not confirmed is sent again (delivery_attempt_entrega_key).
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
@@ -330,7 +335,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		p := &pipe{}
 		for _, r := range results {
 			if r.Kind == app.ResultDeferred {
-				p.exec(deferSQL, ms(r.Proxima), r.ID, r.Worker)
+				p.exec(deferSQL, ms(r.Proxima), r.ID, r.Worker, r.Token)
 				continue
 			}
 			var entregue, falhou any // when it was delivered, or dead-lettered
@@ -342,7 +347,7 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 				falhou = end
 			}
 			p.exec(finishSQL, r.Status, ms(r.Proxima), statusCode(r.Attempt), r.UltimoErr,
-				entregue, falhou, r.ID, r.Worker)
+				entregue, falhou, r.ID, r.Worker, r.Token)
 		}
 		if _, err := p.send(tx); err != nil {
 			return fmt.Errorf("finish deliveries: %w", err)
@@ -451,6 +456,37 @@ func statusCode(a app.Attempt) any {
 	return nil
 }
 
+// RenewDeliveries implements app.OutboxStore, by the database's clock as
+// the claim and the reaper: now is not read.
+func (db *DB) RenewDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration) ([]app.Leased, error) {
+	var out []app.Leased
+	err := db.do(ctx, func(tx *wtx) error {
+		rows, err := tx.Query(tx.ctx, `UPDATE outbox SET lease_ate = `+dbNowMS+` + $2
+			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1 AND lease_ate >= `+dbNowMS+`
+				FOR NO KEY UPDATE SKIP LOCKED)
+			RETURNING id, lease_token`, worker, lease.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("renew leases: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Leased, error) {
+			var l app.Leased
+			return l, r.Scan(&l.ID, &l.Token)
+		})
+		if err != nil {
+			return fmt.Errorf("renew leases: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// newLeaseToken names one claim (app.Delivery.Token): random, so that no
+// two claims of any replica share one.
+func newLeaseToken() int64 { return rand.Int64N(math.MaxInt64) + 1 }
+
 // ReapDeliveries implements app.OutboxStore. Leases end by the database's
 // clock (see claimSQL), so the reaper takes back only those whose end has
 // passed by that clock, whatever now says: now only dates a dead letter.
@@ -464,7 +500,7 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
 		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET
-				quedas = quedas + 1, lease_ate = NULL, worker = NULL,
+				quedas = quedas + 1, lease_ate = NULL, worker = NULL, lease_token = NULL,
 				status = CASE WHEN quedas + 1 >= $1::integer THEN 'falhou' ELSE 'pendente' END,
 				ultimo_erro = CASE WHEN quedas + 1 >= $1::integer
 					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
@@ -488,8 +524,8 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 // commit wakes the other replicas' dispatchers to take them.
 func (db *DB) ReleaseDeliveries(ctx context.Context, worker string) error {
 	return db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
-			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL,
+			lease_token = NULL WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1
 				FOR NO KEY UPDATE SKIP LOCKED)`, worker)
 		tx.freed = tx.freed || tag.RowsAffected() > 0
 		return err
@@ -504,8 +540,8 @@ func (db *DB) ReconcileDeliveries(ctx context.Context, worker string, held []int
 	}
 	var n int64
 	err := db.do(ctx, func(tx *wtx) error {
-		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL
-			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1 AND id <> ALL($2)
+		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET status = 'pendente', lease_ate = NULL, worker = NULL,
+			lease_token = NULL WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND worker = $1 AND id <> ALL($2)
 				FOR NO KEY UPDATE SKIP LOCKED)`, worker, held)
 		if err != nil {
 			return fmt.Errorf("reconcile leases: %w", err)

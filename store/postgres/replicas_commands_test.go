@@ -154,7 +154,7 @@ func TestFreedDeliveriesWakeTheOtherReplicas(t *testing.T) {
 
 	d := claim(time.Minute)
 	now := time.Now()
-	res := app.DeliveryResult{ID: d.ID, Worker: "a", Integrador: "int-1", Status: app.EntregaEntregue, Proxima: now,
+	res := app.DeliveryResult{ID: d.ID, Token: d.Token, Worker: "a", Integrador: "int-1", Status: app.EntregaEntregue, Proxima: now,
 		Attempt: app.Attempt{EntregaID: "0199-entrega", Tentativa: 1, Inicio: now, DuracaoMS: 2, StatusCode: 204}}
 	if _, _, err := a.FinishDeliveries(ctx, []app.DeliveryResult{res}, "a", now, time.Minute, nil); err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestTheAttemptAfterALostLeaseHasTheNextNumber(t *testing.T) {
 		return n == 1
 	})
 	now := time.Now()
-	late := app.DeliveryResult{ID: got[0].ID, Worker: "a", Integrador: "int-1", Status: app.EntregaPendente,
+	late := app.DeliveryResult{ID: got[0].ID, Token: got[0].Token, Worker: "a", Integrador: "int-1", Status: app.EntregaPendente,
 		Proxima: now, Kind: app.ResultRefused,
 		Attempt: app.Attempt{EntregaID: "0199-a", Tentativa: got[0].Tentativas + 1, Inicio: now, DuracaoMS: 2, StatusCode: 500}}
 	if _, _, err := a.FinishDeliveries(ctx, []app.DeliveryResult{late}, "a", now, time.Minute, nil); err != nil {

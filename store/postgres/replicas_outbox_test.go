@@ -120,7 +120,7 @@ func TestReplicasKeepEachAggregateInOrder(t *testing.T) {
 							// Wall time on purpose: the request.
 							time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 							start := clock()
-							res := app.DeliveryResult{ID: d.ID, Worker: worker, Integrador: d.Integrador,
+							res := app.DeliveryResult{ID: d.ID, Token: d.Token, Worker: worker, Integrador: d.Integrador,
 								Status: app.EntregaEntregue, Proxima: start,
 								Attempt: app.Attempt{EntregaID: fmt.Sprint(d.ID, "-", d.Tentativas), Tentativa: d.Tentativas + 1,
 									Inicio: start, StatusCode: 204}}

@@ -248,7 +248,7 @@ func TestAnAttemptIsRecordedOnce(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %d %v", len(claimed), err)
 	}
-	res := app.DeliveryResult{ID: claimed[0].ID, Worker: "w", Integrador: "int-1", Status: app.EntregaEntregue, Proxima: now,
+	res := app.DeliveryResult{ID: claimed[0].ID, Token: claimed[0].Token, Worker: "w", Integrador: "int-1", Status: app.EntregaEntregue, Proxima: now,
 		Attempt: app.Attempt{EntregaID: "0199-entrega", Tentativa: 1, Inicio: now, DuracaoMS: 2, StatusCode: 204}}
 	for range 2 {
 		if _, _, err := db.FinishDeliveries(ctx, []app.DeliveryResult{res}, "w", now, time.Minute, nil); err != nil {

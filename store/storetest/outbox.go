@@ -20,6 +20,7 @@ type Outbox interface {
 	ClaimDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration, quotas []app.Quota) ([]app.Delivery, error)
 	FinishDeliveries(ctx context.Context, results []app.DeliveryResult, worker string, now time.Time, lease time.Duration,
 		quotas []app.Quota) (map[string]time.Time, []app.Delivery, error)
+	RenewDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration) ([]app.Leased, error)
 	ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) (int, error)
 	ReleaseDeliveries(ctx context.Context, worker string) error
 	PurgeDelivered(ctx context.Context, before time.Time) (int, error)
@@ -105,7 +106,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		if status != app.EntregaEntregue {
 			kind = app.ResultRefused
 		}
-		return app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: d.Integrador, Status: status, Proxima: at,
+		return app.DeliveryResult{ID: d.ID, Token: d.Token, Worker: "w", Integrador: d.Integrador, Status: status, Proxima: at,
 			Kind: kind, Attempt: app.Attempt{EntregaID: fmt.Sprint("e-", d.ID, "-", d.Tentativas+1),
 				Tentativa: d.Tentativas + 1, Inicio: at, DuracaoMS: 3, StatusCode: map[bool]int{true: 204, false: 500}[status == app.EntregaEntregue]}}
 	}
@@ -269,7 +270,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 
 		Enqueue(t, f.DB, "a:b", "c:1", f.id)
 		c1 := claim("c:1#1")[0]
-		deferred := app.DeliveryResult{ID: c1.ID, Worker: "w", Integrador: f.id, Status: app.EntregaPendente,
+		deferred := app.DeliveryResult{ID: c1.ID, Token: c1.Token, Worker: "w", Integrador: f.id, Status: app.EntregaPendente,
 			Proxima: now.Add(time.Hour), Kind: app.ResultDeferred}
 		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{deferred}, "w", now, time.Minute, nil); err != nil {
 			t.Fatal(err)
@@ -416,6 +417,84 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 	})
 
+	// Issue 27, B4: a worker renews only its own leases that have not
+	// ended, and an outcome counts only for the claim that sent it: a
+	// worker that lost a lease and claimed the row again cannot finish or
+	// defer the new claim with the old attempt's outcome.
+	t.Run("renewals keep live leases and outcomes fence by claim", func(t *testing.T) {
+		f := fixture(t, 2)
+		ctx := t.Context()
+		now := f.now.Add(time.Second)
+		lease := 30 * time.Second
+		mine, err := f.DB.ClaimDeliveries(ctx, "w", now, lease, quota(f.id, 1))
+		if err != nil || len(mine) != 1 || mine[0].Token == 0 {
+			t.Fatalf("claim: %+v %v; want one row with its claim's token", mine, err)
+		}
+		theirs, err := f.DB.ClaimDeliveries(ctx, "outro", now, lease, quota(f.id, 1))
+		if err != nil || len(theirs) != 1 || theirs[0].Token == mine[0].Token {
+			t.Fatalf("claim by another worker: %+v %v; want its own token", theirs, err)
+		}
+		if f.AgeLeases != nil {
+			f.AgeLeases(t, 20*time.Second)
+		}
+		renewed, err := f.DB.RenewDeliveries(ctx, "w", now.Add(20*time.Second), lease)
+		if err != nil || len(renewed) != 1 || renewed[0] != (app.Leased{ID: mine[0].ID, Token: mine[0].Token}) {
+			t.Fatalf("renew: %+v %v; want only %d, token %d", renewed, err, mine[0].ID, mine[0].Token)
+		}
+		// Renewed 20 s in, the lease now runs to 50 s: the reaper leaves it
+		// at 40 s, and takes the other worker's, which was not renewed.
+		if f.AgeLeases != nil {
+			f.AgeLeases(t, 20*time.Second)
+		}
+		if n, err := f.DB.ReapDeliveries(ctx, now.Add(40*time.Second), app.MaxQuedas); err != nil || n != 1 {
+			t.Fatalf("reap 40 s in: %d %v; want only the lease not renewed", n, err)
+		}
+		if got, err := f.DB.RenewDeliveries(ctx, "outro", now.Add(40*time.Second), lease); err != nil || len(got) != 0 {
+			t.Fatalf("renewing a reaped lease: %+v %v; want none", got, err)
+		}
+		if f.AgeLeases != nil {
+			f.AgeLeases(t, time.Minute)
+		}
+		at := now.Add(100 * time.Second)
+		if n, err := f.DB.ReapDeliveries(ctx, at, app.MaxQuedas); err != nil || n != 1 {
+			t.Fatalf("reap after the renewed lease ended: %d %v", n, err)
+		}
+		if got, err := f.DB.RenewDeliveries(ctx, "w", at, lease); err != nil || len(got) != 0 {
+			t.Fatalf("renewing an ended lease: %+v %v; want none", got, err)
+		}
+		again, err := f.DB.ClaimDeliveries(ctx, "w", at, lease, quota(f.id, 2))
+		if err != nil || len(again) != 2 {
+			t.Fatalf("claim after the reap: %+v %v", again, err)
+		}
+		var row app.Delivery
+		for _, d := range again {
+			if d.ID == mine[0].ID {
+				row = d
+			}
+		}
+		if row.Token == 0 || row.Token == mine[0].Token {
+			t.Fatalf("the row claimed again has token %d, the lost claim %d: want a new one", row.Token, mine[0].Token)
+		}
+		stale := result(mine[0], app.EntregaPendente, at)
+		stale.Kind = app.ResultDeferred
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{stale}, "w", at, lease, nil); err != nil {
+			t.Fatal(err)
+		}
+		late := result(mine[0], app.EntregaEntregue, at)
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{late}, "w", at, lease, nil); err != nil {
+			t.Fatal(err)
+		}
+		if d, _, err := f.DB.Delivery(ctx, row.ID); err != nil || d.Status != app.EntregaProcessando || d.Token != row.Token {
+			t.Fatalf("the lost claim's outcomes changed the new claim's row: %+v %v", d, err)
+		}
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{result(row, app.EntregaEntregue, at)}, "w", at, lease, nil); err != nil {
+			t.Fatal(err)
+		}
+		if d, _, err := f.DB.Delivery(ctx, row.ID); err != nil || d.Status != app.EntregaEntregue || d.Token != 0 {
+			t.Fatalf("the new claim's outcome: %+v %v", d, err)
+		}
+	})
+
 	// A dead letter's retention counts from when it dead-lettered
 	// (falhou_em): set by the attempt that gave up or by the reaper that
 	// found it poison, cleared by a resend and set again by the next failure.
@@ -433,7 +512,7 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 		fail := func(d app.Delivery, at time.Time) {
 			t.Helper()
-			res := app.DeliveryResult{ID: d.ID, Worker: "w", Integrador: f.id, Status: app.EntregaFalhou, Proxima: at,
+			res := app.DeliveryResult{ID: d.ID, Token: d.Token, Worker: "w", Integrador: f.id, Status: app.EntregaFalhou, Proxima: at,
 				UltimoErr: "o receptor respondeu 400", Kind: app.ResultRefused,
 				Attempt: app.Attempt{EntregaID: "a", Tentativa: d.Tentativas + 1, Inicio: at.Add(-time.Second), DuracaoMS: 1000, StatusCode: 400,
 					RespostaSelada: []byte("campo inválido no corpo")}}
