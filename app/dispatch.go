@@ -21,6 +21,11 @@ const (
 	MaxQuedas          = 5 // leases lost before a row is poison
 	DefaultSweep       = 15 * time.Second
 	DefaultLease       = 30 * time.Second
+	// ReplicaLease is the lease where several dispatchers share the outbox
+	// (not ReapOnStart): short, so that a dead replica's aggregates go out
+	// again within about ten seconds (issue 27), and renewed every quarter
+	// of it while the row is held (renewEvery).
+	ReplicaLease = 6 * time.Second
 	DefaultRetention   = 7 * 24 * time.Hour
 	defaultInFlight    = 32
 	defaultPerIntegr   = 16
@@ -49,7 +54,10 @@ type Dispatcher struct {
 
 	Timeout       time.Duration // one attempt's limit; default 5 s
 	Worker        string        // lease owner id; default a fresh UUID
-	Lease         time.Duration // default 30 s
+	// Lease is a claim's lease, renewed every quarter of it while the row
+	// is held; default DefaultLease with ReapOnStart (one dispatcher, whose
+	// restart takes every lease back), else ReplicaLease.
+	Lease time.Duration
 	Sweep         time.Duration // default 15 s
 	Retention     time.Duration // delivered bodies kept; default 7 days
 	MaxInFlight   int           // default 32
@@ -74,10 +82,10 @@ type Dispatcher struct {
 	Sender Sender
 	// Signals are test hooks; see DispatchSignals.
 	Signals DispatchSignals
-	// Leader, when set, keeps the periodic duties (the reaper, the purges,
-	// auto-disable) to the elected replica (SPEC 12); nil runs them here.
-	// Claims, sends and the sweep for rows coming due stay on every
-	// replica.
+	// Leader, when set, keeps the periodic duties (the purges) to the
+	// elected replica (SPEC 12); nil runs them here. Claims, sends, the
+	// sweep for rows coming due, renewals and the reaper stay on every
+	// replica: a dead leader's rows must not wait for the next one.
 	Leader *Leader
 
 	running atomic.Bool
@@ -94,7 +102,10 @@ func (d *Dispatcher) init() {
 			d.Worker = uuid.NewString()
 		}
 		if d.Lease == 0 {
-			d.Lease = DefaultLease
+			d.Lease = ReplicaLease
+			if d.ReapOnStart {
+				d.Lease = DefaultLease
+			}
 		}
 		if d.Timeout == 0 {
 			d.Timeout = DeliveryTimeout
@@ -154,6 +165,10 @@ type dispatch struct {
 	sending  map[int64]bool // the rows on the wire
 	queued   map[string][]heldRow
 	nQueued  int
+	// leases are the held rows' leases, queued or on the wire, which
+	// renewals move.
+	leases   map[int64]*lease
+	renewing bool // a renewal (and reap) runs in the background
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
 	// recording is true while a FinishDeliveries (or a claim) runs in the
 	// background; one at a time, so outcomes batch up behind it.
@@ -191,11 +206,61 @@ func (st *dispatch) held(batch []DeliveryResult) []int64 {
 	return ids
 }
 
-// heldRow is a claimed row waiting for a slot, with the end of its lease.
+// heldRow is a claimed row waiting for a slot, with its lease.
 type heldRow struct {
 	Delivery
-	leaseEnd time.Time
+	lease *lease
 }
+
+// lease is a held row's lease as this worker knows it: its end by this
+// process's clock (monotonic, so a pause or a clock step cannot stretch
+// it), moved by each renewal that kept the row. The database's lease ends
+// no earlier: it is given and renewed after this end was read. Past this
+// end the row may be another worker's, so nothing is sent, and no failure
+// counted, on the strength of it (issue 27, B4).
+type lease struct {
+	token int64
+	end   atomic.Pointer[time.Time]
+}
+
+func newLease(token int64, end time.Time) *lease {
+	l := &lease{token: token}
+	l.end.Store(&end)
+	return l
+}
+
+// End is when the lease runs out by this process's clock.
+func (l *lease) End() time.Time { return *l.end.Load() }
+
+// cancelAtEnd calls cancel when the lease runs out, following renewals;
+// stop ends the watch.
+func (l *lease) cancelAtEnd(now func() time.Time, cancel func()) (stop func()) {
+	var mu sync.Mutex
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(l.End().Sub(now()), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if left := l.End().Sub(now()); left > 0 {
+			t.Reset(left)
+			return
+		}
+		cancel()
+	})
+	return func() { t.Stop() }
+}
+
+// renewal is what a background RenewDeliveries hands back to Run.
+type renewal struct {
+	at     time.Time // read before the renewal was sent
+	leased []Leased
+	err    error
+}
+
+// renewEvery is how often a worker renews its leases (and reaps others'
+// that ended): four times a lease, so one late renewal costs nothing.
+func (d *Dispatcher) renewEvery() time.Duration { return d.Lease / 4 }
 
 // roundDue says whether to start a background round now.
 func (st *dispatch) roundDue(maxInFlight int, live bool) bool {
@@ -250,8 +315,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	defer d.followShared(ctx)() // what other replicas change: circuits, the cadastro
-	st := &dispatch{inFlight: map[string]int{}, sending: map[int64]bool{}, queued: map[string][]heldRow{}, wantClaim: true,
-		flush: time.NewTimer(roundDelay)}
+	st := &dispatch{inFlight: map[string]int{}, sending: map[int64]bool{}, queued: map[string][]heldRow{},
+		leases: map[int64]*lease{}, wantClaim: true, flush: time.NewTimer(roundDelay)}
 	st.flush.Stop()
 	defer st.flush.Stop()
 	results := make(chan DeliveryResult, d.MaxInFlight)
@@ -262,6 +327,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var lastReap time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// Leases are renewed, and others' ended leases reaped, on every
+	// replica: a dead replica's rows must not wait for a new leader.
+	renew := time.NewTicker(d.renewEvery())
+	defer renew.Stop()
+	renewed := make(chan renewal, 1)
 	for {
 		live := ctx.Err() == nil
 		if live {
@@ -310,6 +380,48 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case rec := <-done:
 			st.recording = false
 			d.settle(ctx, st, rec, timer)
+		case <-renew.C:
+			if !st.renewing {
+				st.renewing = true
+				d.renew(dbCtx, ctx.Err() == nil, renewed)
+			}
+		case r := <-renewed:
+			st.renewing = false
+			d.renewed(st, r)
+		}
+	}
+}
+
+// renew renews this worker's leases in the background, then (live) takes
+// back every worker's leases that ended: on shutdown the attempts still on
+// the wire keep theirs until they land.
+func (d *Dispatcher) renew(ctx context.Context, live bool, out chan<- renewal) {
+	go func() {
+		r := renewal{at: d.Now()}
+		r.leased, r.err = d.Store.RenewDeliveries(ctx, d.Worker, r.at, d.Lease)
+		if live {
+			if n, err := d.Store.ReapDeliveries(ctx, r.at, MaxQuedas); err != nil {
+				d.Logger.Error("reap expired leases", "err", err)
+			} else if n > 0 {
+				d.Logger.Warn("returned deliveries whose lease expired", "n", n)
+			}
+		}
+		out <- r
+	}()
+}
+
+// renewed moves the leases a renewal kept: those of the same claim, and
+// only when the renewal began before the lease ran out here (one that ran
+// out was given up: its attempt cancelled, its row deferred).
+func (d *Dispatcher) renewed(st *dispatch, r renewal) {
+	if r.err != nil {
+		d.Logger.Warn("renew leases", "err", r.err)
+		return
+	}
+	end := r.at.Add(d.Lease)
+	for _, k := range r.leased {
+		if l := st.leases[k.ID]; l != nil && l.token == k.Token && r.at.Before(l.End()) && end.After(l.End()) {
+			l.end.Store(&end)
 		}
 	}
 }
@@ -322,6 +434,9 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 	}
 	st.total--
 	delete(st.sending, r.ID)
+	if l := st.leases[r.ID]; l != nil && l.token == r.Token {
+		delete(st.leases, r.ID)
+	}
 	if r.Kind.OfReceiver() {
 		d.trip(r.Integrador, r.ID, r.Kind.Failed(), r.Kind == ResultNoAnswer, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
@@ -339,8 +454,11 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 	now := d.Now()
 	active := d.Integrators.activeIDs()
 	deferRow := func(h heldRow, until time.Time) {
-		st.outcomes = append(st.outcomes, DeliveryResult{ID: h.ID, Worker: d.Worker, Integrador: h.Integrador,
-			Status: EntregaPendente, Proxima: until, Kind: ResultDeferred})
+		st.outcomes = append(st.outcomes, DeliveryResult{ID: h.ID, Token: h.Token, Worker: d.Worker,
+			Integrador: h.Integrador, Status: EntregaPendente, Proxima: until, Kind: ResultDeferred})
+		if st.leases[h.ID] == h.lease {
+			delete(st.leases, h.ID)
+		}
 	}
 	for id, held := range st.queued {
 		limit, _, reopen := d.limit(id, now)
@@ -359,17 +477,20 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 		for n < len(held) && st.inFlight[id] < limit && st.total < d.MaxInFlight {
 			h := held[n]
 			n++
-			if now.Add(2*d.Timeout + time.Second).After(h.leaseEnd) {
-				// Waited too long for a slot: sent now, it could outlive its
-				// lease and be taken for a crash (an attempt is up to two
-				// requests: a rotation's 401 is asked again).
+			if now.Add(d.Lease/2).After(h.lease.End()) || st.sending[h.ID] {
+				// Renewals keep a lease at least three quarters long: one
+				// this short missed them (the database is slow or out of
+				// reach, or this process was paused), and its attempt
+				// could outlive it. Or the row is on the wire still, by an
+				// earlier claim whose lease ran out and whose attempt this
+				// one must not overlap.
 				deferRow(h, now)
 				continue
 			}
 			st.inFlight[id]++
 			st.total++
 			st.sending[h.ID] = true
-			go func() { results <- d.deliver(ctx, h.Delivery, h.leaseEnd) }()
+			go func() { results <- d.deliver(ctx, h.Delivery, h.lease) }()
 		}
 		st.nQueued -= n
 		if n == len(held) {
@@ -468,8 +589,12 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		d.Signals.Claimed.raise(rec.claimed)
 	}
 	for _, del := range rec.claimed {
-		st.queued[del.Integrador] = append(st.queued[del.Integrador], heldRow{del, rec.at.Add(d.Lease)})
+		l := newLease(del.Token, rec.at.Add(d.Lease))
+		st.queued[del.Integrador] = append(st.queued[del.Integrador], heldRow{del, l})
 		st.nQueued++
+		if !st.sending[del.ID] {
+			st.leases[del.ID] = l
+		}
 	}
 	if ctx.Err() == nil {
 		// Fewer rows than asked: nothing more is due now, so sleep until the
@@ -641,11 +766,6 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 	if !ok {
 		return
 	}
-	if n, err := d.Store.ReapDeliveries(ctx, now, MaxQuedas); err != nil {
-		d.Logger.Error("reap expired leases", "err", err)
-	} else if n > 0 {
-		d.Logger.Warn("returned deliveries whose lease expired", "n", n)
-	}
 	if _, err := d.Store.PurgeDelivered(ctx, now.Add(-d.Retention)); err != nil {
 		d.Logger.Error("purge delivered bodies", "err", err)
 	}
@@ -672,8 +792,13 @@ func (d *Dispatcher) openBody(del Delivery) ([]byte, error) {
 }
 
 // deliver makes one attempt and decides what follows it.
-func (d *Dispatcher) deliver(ctx context.Context, del Delivery, leaseEnd time.Time) DeliveryResult {
-	res := DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador}
+func (d *Dispatcher) deliver(ctx context.Context, del Delivery, l *lease) DeliveryResult {
+	res := DeliveryResult{ID: del.ID, Token: del.Token, Worker: d.Worker, Integrador: del.Integrador}
+	// The request ends when the lease runs out, if renewals stop meanwhile:
+	// the row may be another worker's from then on.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer l.cancelAtEnd(d.Now, cancel)()
 	start := d.Now()
 	// The attempt's number counts every attempt the row had, across resends;
 	// its budget counts from the last resend.
@@ -695,7 +820,7 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery, leaseEnd time.Ti
 	if r.Err != nil {
 		res.Attempt.Erro = r.Err.Error()
 	}
-	if !r.Succeeded() && end.After(leaseEnd) {
+	if !r.Succeeded() && end.After(l.End()) {
 		// The lease ran out during the attempt, by this process's own
 		// (monotonic) clock: it was paused (SIGSTOP, a VM pause) or starved,
 		// and a failure now says more of the pause than of the receiver (a
@@ -703,8 +828,8 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery, leaseEnd time.Ti
 		// another worker's already: nothing is recorded as this attempt's
 		// outcome; the row goes back to pendente at once, uncounted, if it
 		// is still this worker's (issue 27, B4).
-		return DeliveryResult{ID: del.ID, Worker: d.Worker, Integrador: del.Integrador, Status: EntregaPendente,
-			Proxima: end, Kind: ResultDeferred}
+		return DeliveryResult{ID: del.ID, Token: del.Token, Worker: d.Worker, Integrador: del.Integrador,
+			Status: EntregaPendente, Proxima: end, Kind: ResultDeferred}
 	}
 	out := decide(integratorBackoff(in), attempt-del.TentativasAntes, r, end, d.Jitter())
 	res.Proxima, res.UltimoErr = out.Proxima, out.Reason

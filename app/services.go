@@ -98,10 +98,9 @@ type Services struct {
 	// (web and console) that know the credential.
 	Refusals *Refusals
 	// Leader elects the replica that runs the periodic duties (SPEC 12):
-	// the dispatcher's reaper and purges, auto-disable, and the in-process
-	// consumers. On SQLite the store always grants it. The stats loop is no
-	// such duty: it samples into memory, for this replica's console, so
-	// every replica runs it.
+	// the dispatcher's purges and the in-process consumers. On SQLite the
+	// store always grants it. The stats loop is no such duty: it samples
+	// into memory, for this replica's console, so every replica runs it.
 	Leader *Leader
 	// The console's live tails read the database themselves; these only
 	// wake them, without ever blocking a commit.

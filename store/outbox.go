@@ -224,14 +224,18 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	return failing, claimed, nil
 }
 
+// renewSQL moves a worker's live leases: a seek in outbox_status_idx to
+// the few rows in flight.
+const renewSQL = `UPDATE outbox SET lease_ate = ?1
+	WHERE status = 'processando' AND worker = ?2 AND lease_ate >= ?3
+	RETURNING id, lease_token`
+
 // RenewDeliveries implements app.OutboxStore.
 func (db *DB) RenewDeliveries(ctx context.Context, worker string, now time.Time, lease time.Duration) ([]app.Leased, error) {
 	var out []app.Leased
 	err := db.do(ctx, func(tx *wtx) error {
 		out = out[:0]
-		rows, err := tx.Query(`UPDATE outbox SET lease_ate = ?1
-			WHERE status = 'processando' AND worker = ?2 AND lease_ate >= ?3
-			RETURNING id, lease_token`, ms(now.Add(lease)), worker, ms(now))
+		rows, err := tx.Query(renewSQL, ms(now.Add(lease)), worker, ms(now))
 		if err != nil {
 			return fmt.Errorf("renew leases: %w", err)
 		}

@@ -172,7 +172,8 @@ func TestQueryPlans(t *testing.T) {
 			file: "ocorrencias.go", args: []any{int64(10)}},
 		// Writer statements (events.go).
 		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
-			args: []any{ms(ts), "w", "int-1", ms(ts), 8}},
+			args: []any{ms(ts), "w", "int-1", ms(ts), 8, int64(7)}},
+		{name: "RenewDeliveries (writer)", sql: renewSQL, file: "-", args: []any{ms(ts), "w", ms(ts)}},
 		{name: "PurgeDelivered bodies (writer)", sql: purgeBodiesSQL, file: "-", args: []any{ms(ts)}},
 		{name: "PurgeDelivered mark (writer)", sql: markPurgedSQL, file: "-", args: []any{ms(ts)}},
 		// Writer statements (outbox.go, sealbodies.go): dead letters' retention and the upgrade's batches.

@@ -3,12 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -155,7 +159,8 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	}
 
 	// Drain: the leases the dead replica held come back when they expire
-	// (30 s), through the reaper of whichever replica leads now.
+	// (app.ReplicaLease after its last renewal), through the reaper of
+	// every surviving replica.
 	time.AfterFunc(3*time.Second, func() { flaky.flaky.Store(false) })
 	survivor := rs.alive()[0]
 	want := 2 * len(acked) // jornada:* has audience "todos": both integrators get every event
@@ -364,5 +369,187 @@ func TestAFrozenReplicaCostsTheOthersAtMostTwoSeconds(t *testing.T) {
 	t.Logf("%d publishes acknowledged by the two healthy replicas over %v of freezes; the longest gap %v", n, to.Sub(from).Round(time.Millisecond), worst)
 	if worst > maxGap {
 		t.Errorf("the healthy replicas acknowledged nothing for %v while the third was frozen (want at most %v)", worst, maxGap)
+	}
+}
+
+// arrivals is a loopback CAD receiver that records when each aggregate's
+// sequences arrived, by wall time, and holds each request for delay so
+// that a replica stopped at any moment has requests on the wire.
+type arrivals struct {
+	delay time.Duration
+	mu    sync.Mutex
+	got   map[string][]arrivedAt // by aggregate, in arrival order
+}
+
+type arrivedAt struct {
+	seq int64
+	at  time.Time
+}
+
+func newArrivals(delay time.Duration) *arrivals {
+	return &arrivals{delay: delay, got: map[string][]arrivedAt{}}
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	seq, _ := strconv.ParseInt(r.Header.Get("X-Geohub-Sequencia"), 10, 64)
+	a.mu.Lock()
+	agg := r.Header.Get("X-Geohub-Agregado")
+	a.got[agg] = append(a.got[agg], arrivedAt{seq, time.Now()})
+	a.mu.Unlock()
+	io.Copy(io.Discard, r.Body)
+	time.Sleep(a.delay)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// replicaLoad is three replicas with one CAD receiver (arrivals) and
+// publishers spread over the replicas alive, each aggregate in turn.
+type replicaLoad struct {
+	rs       *replicaSet
+	token    string
+	receiver *arrivals
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	// paused is a replica the load balancer took out (it stopped
+	// answering /readyz): publishers skip it.
+	paused atomic.Pointer[child]
+}
+
+func startReplicaLoad(t *testing.T, aggregates int, delay time.Duration) *replicaLoad {
+	t.Helper()
+	rs := newReplicaSet(t, 3, "--insecure-callbacks")
+	bin, _ := plainBinary()
+	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
+	if err != nil {
+		t.Fatalf("token create: %v %s", err, out)
+	}
+	l := &replicaLoad{rs: rs, token: lastLine(out), receiver: newArrivals(delay), stop: make(chan struct{})}
+	srv := httptest.NewServer(l.receiver)
+	t.Cleanup(srv.Close)
+	client := &http.Client{Timeout: 5 * time.Second}
+	registerCAD(t, client, rs.nodes[0].addr, l.token, "CAD", srv.URL)
+	for p := range 6 {
+		l.wg.Go(func() {
+			for n := p; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				alive := slices.DeleteFunc(rs.alive(), func(c *child) bool { return c == l.paused.Load() })
+				call(client, "POST", "http://"+alive[n%len(alive)].addr+"/api/events", l.token,
+					eventBody(newEventID(), fmt.Sprintf("jornada:equipe-%d", n%aggregates)))
+			}
+		})
+	}
+	t.Cleanup(l.halt)
+	return l
+}
+
+// halt stops the publishers.
+func (l *replicaLoad) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// leader is the replica that logged taking the lead last.
+func (l *replicaLoad) leader(t *testing.T) *child {
+	t.Helper()
+	var found *child
+	waitFor(t, 30*time.Second, "a leader", func() (bool, string) {
+		for _, c := range l.rs.alive() {
+			if strings.Contains(c.out.String(), "this replica leads the periodic duties") {
+				found = c
+				return true, ""
+			}
+		}
+		return false, "no replica logged the lead"
+	})
+	return found
+}
+
+// Issue 27: a leader killed by SIGKILL with requests on the wire holds
+// its aggregates back no longer than its leases, which it renewed while
+// it lived: every aggregate has a delivery again within 10 s of the kill,
+// without waiting for a new leader (its term is 15 s).
+func TestAKilledLeadersAggregatesResumeWithinTenSeconds(t *testing.T) {
+	const aggregates = 10
+	l := startReplicaLoad(t, aggregates, 150*time.Millisecond)
+	leader := l.leader(t)
+	time.Sleep(3 * time.Second)
+	leader.kill()
+	killed := time.Now()
+	time.Sleep(12 * time.Second)
+	l.halt()
+
+	l.receiver.mu.Lock()
+	defer l.receiver.mu.Unlock()
+	var worst time.Duration
+	for i := range aggregates {
+		agg := fmt.Sprintf("jornada:equipe-%d", i)
+		var resumed time.Time
+		for _, a := range l.receiver.got[agg] {
+			if a.at.After(killed) {
+				resumed = a.at
+				break
+			}
+		}
+		if resumed.IsZero() {
+			t.Errorf("%s: nothing arrived in the 12 s after the leader was killed", agg)
+			continue
+		}
+		worst = max(worst, resumed.Sub(killed))
+	}
+	t.Logf("the last aggregate resumed %v after the kill", worst.Round(time.Millisecond))
+	if worst > 10*time.Second {
+		t.Errorf("an aggregate waited %v after the leader was killed; want at most 10 s", worst)
+	}
+}
+
+// Issue 27, B4: a replica paused (SIGSTOP) for longer than its leases,
+// with requests on the wire, sends nothing stale when it wakes: the
+// receiver never gets a sequence of an aggregate older than one it
+// already has, while the other replicas took the paused one's rows over.
+func TestAReplicaPausedPastItsLeasesSendsNothingStale(t *testing.T) {
+	// More aggregates than a replica may have on the wire (16), and a
+	// receiver slower than the publishers: the paused replica also holds
+	// claimed rows waiting for a slot.
+	const aggregates = 60
+	l := startReplicaLoad(t, aggregates, 300*time.Millisecond)
+	victim := l.rs.nodes[1]
+	time.Sleep(3 * time.Second)
+	l.paused.Store(victim)
+	victim.cmd.Process.Signal(syscall.SIGSTOP)
+	stopped := time.Now()
+	time.Sleep(2*app.ReplicaLease + time.Second)
+	victim.cmd.Process.Signal(syscall.SIGCONT)
+	resumed := time.Now()
+	time.Sleep(5 * time.Second)
+	l.halt()
+
+	l.receiver.mu.Lock()
+	defer l.receiver.mu.Unlock()
+	n := 0
+	for agg, as := range l.receiver.got {
+		var last int64
+		takenOver := false
+		for _, a := range as {
+			n++
+			takenOver = takenOver || a.at.After(stopped.Add(app.ReplicaLease+2*time.Second)) && a.at.Before(resumed)
+			if a.seq < last {
+				t.Errorf("%s: sequence %d arrived after %d", agg, a.seq, last)
+			}
+			last = max(last, a.seq)
+		}
+		if !takenOver {
+			t.Errorf("%s: nothing arrived while the paused replica's leases were over", agg)
+		}
+	}
+	t.Logf("%d requests over %d aggregates", n, len(l.receiver.got))
+	if n == 0 {
+		t.Fatal("nothing arrived")
 	}
 }
