@@ -25,10 +25,10 @@ const (
 	// (not ReapOnStart): short, so that a dead replica's aggregates go out
 	// again within about ten seconds (issue 27), and renewed every quarter
 	// of it while the row is held (renewEvery).
-	ReplicaLease = 6 * time.Second
-	DefaultRetention   = 7 * 24 * time.Hour
-	defaultInFlight    = 32
-	defaultPerIntegr   = 16
+	ReplicaLease     = 6 * time.Second
+	DefaultRetention = 7 * 24 * time.Hour
+	defaultInFlight  = 32
+	defaultPerIntegr = 16
 )
 
 // DefaultDeadLetterRetention is how long a dead letter keeps its body,
@@ -52,12 +52,12 @@ type Dispatcher struct {
 	Metrics     *Metrics
 	Version     string
 
-	Timeout       time.Duration // one attempt's limit; default 5 s
-	Worker        string        // lease owner id; default a fresh UUID
+	Timeout time.Duration // one attempt's limit; default 5 s
+	Worker  string        // lease owner id; default a fresh UUID
 	// Lease is a claim's lease, renewed every quarter of it while the row
 	// is held; default DefaultLease with ReapOnStart (one dispatcher, whose
 	// restart takes every lease back), else ReplicaLease.
-	Lease time.Duration
+	Lease         time.Duration
 	Sweep         time.Duration // default 15 s
 	Retention     time.Duration // delivered bodies kept; default 7 days
 	MaxInFlight   int           // default 32
@@ -168,7 +168,7 @@ type dispatch struct {
 	// leases are the held rows' leases, queued or on the wire, which
 	// renewals move.
 	leases   map[int64]*lease
-	renewing bool // a renewal (and reap) runs in the background
+	renewing bool             // a renewal (and reap) runs in the background
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
 	// recording is true while a FinishDeliveries (or a claim) runs in the
 	// background; one at a time, so outcomes batch up behind it.

@@ -87,6 +87,12 @@ func Errorf(code Code, format string, args ...any) *Error {
 // it into a coded Error with a message naming what was missing.
 var ErrNotFound = errors.New("not found")
 
+// ErrStaleCadastro is a store's refusal of a publish routed by a cadastro
+// older than the one it holds (Pending.Cadastro): another replica created,
+// changed or removed an integrator since. The publisher reads the
+// cadastro again and routes once more; nothing of it was stored.
+var ErrStaleCadastro = errors.New("routed by an older cadastro")
+
 // Public is err as a client sees it, the same on the API and in the
 // console: an *Error keeps its code and words; a missing row is 404; a
 // request that was cancelled or ran out of time is 503; anything else is

@@ -132,6 +132,11 @@ type Pending struct {
 	Event  Event           // its Payload already redacted
 	Full   json.RawMessage // the payload as published, for live consumers
 	Outbox *Outbox         // its deliveries; nil routes it nowhere
+	// Cadastro, when set, is the integrators' cadastro version Outbox was
+	// decided at: the store refuses the event with ErrStaleCadastro when it
+	// holds a later one, so that an event published after an integrator was
+	// created on another replica is never routed without it (issue 27).
+	Cadastro *int64
 	// Audit, when set, is written in the batch's transaction if the event
 	// is new: a command's outcome carries the command's audit entry.
 	Audit *AuditEntry

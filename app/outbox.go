@@ -80,7 +80,7 @@ type Outbox struct {
 type DeliveryResult struct {
 	ID         int64
 	Worker     string
-	Token      int64 // the claim's (Delivery.Token)
+	Token      int64  // the claim's (Delivery.Token)
 	Status     string // entregue, pendente (retry) or falhou
 	Proxima    time.Time
 	Attempt    Attempt
@@ -241,13 +241,15 @@ func sortedPayload(doc map[string]any) (json.RawMessage, error) {
 }
 
 // outboxFor routes ev by its type's audience (SPEC 6.2), narrowed by each
-// integrator's eventos patterns. It returns nil when no integrator can
-// receive the event, which spares building the envelope.
-func (s *Integrators) outboxFor(ev Event, audiencia string) *Outbox {
+// integrator's eventos patterns, and says the cadastro version it read. It
+// returns a nil Outbox when no integrator can receive the event, which
+// spares building the envelope.
+func (s *Integrators) outboxFor(ev Event, audiencia string) (*Outbox, int64) {
 	if s == nil {
-		return nil
+		return nil, 0
 	}
 	s.mu.RLock()
+	version := s.version
 	eligible := make(map[string]bool)
 	for _, in := range s.all {
 		if in.Ativo && in.CallbackURL != "" && in.Wants(ev.Tipo) {
@@ -255,6 +257,11 @@ func (s *Integrators) outboxFor(ev Event, audiencia string) *Outbox {
 		}
 	}
 	s.mu.RUnlock()
+	return route(ev, audiencia, eligible), version
+}
+
+// route is outboxFor's choice among the eligible integrators.
+func route(ev Event, audiencia string, eligible map[string]bool) *Outbox {
 	if len(eligible) == 0 {
 		return nil
 	}

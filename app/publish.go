@@ -35,13 +35,20 @@ type Publisher struct {
 // is false when the event_id already existed; nothing is emitted again then.
 // Live consumers get the full payload through the store's commit hook.
 func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, created bool, err error) {
-	pending, err := p.prepare(req)
-	if err != nil {
-		return p.existingOr(ctx, req, err)
-	}
-	stored, err := p.appendAll(ctx, []Pending{pending})
-	if err != nil {
-		return Event{}, false, err
+	var stored []Stored
+	for try := 0; ; try++ {
+		pending, err := p.prepare(req)
+		if err != nil {
+			return p.existingOr(ctx, req, err)
+		}
+		stored, err = p.appendAll(ctx, []Pending{pending})
+		if p.rerouted(ctx, err, try) {
+			continue
+		}
+		if err != nil {
+			return Event{}, false, err
+		}
+		break
 	}
 	if !stored[0].Created && !sameSender(stored[0].Event, req) {
 		return Event{}, false, errIDTaken()
@@ -77,11 +84,18 @@ func errIDTaken() error {
 // transaction, or none: a command's domain events and its outcome are one
 // fact. Any invalid request fails the whole batch before anything is written.
 func (p *Publisher) PublishAll(ctx context.Context, reqs []PublishRequest) ([]Stored, error) {
-	batch, err := p.prepareAll(reqs)
-	if err != nil {
-		return nil, err
+	return p.publishBatch(ctx, reqs, func([]Pending) {})
+}
+
+// rerouted says whether an append refused for an older cadastro should be
+// prepared and appended again, after reading the cadastro: the refusal
+// means another replica changed it since this one last looked. A few
+// tries, for a cadastro changing while this one reads it.
+func (p *Publisher) rerouted(ctx context.Context, err error, try int) bool {
+	if !errors.Is(err, ErrStaleCadastro) || try >= 3 {
+		return false
 	}
-	return p.appendAll(ctx, batch)
+	return p.Integrators.Load(ctx) == nil
 }
 
 func (p *Publisher) prepareAll(reqs []PublishRequest) ([]Pending, error) {
@@ -101,15 +115,29 @@ func (p *Publisher) prepareAll(reqs []PublishRequest) ([]Pending, error) {
 // is written (see Pending.Decides) and only the last Stored is filled, not
 // Created: the command ran before, and its domain events are in the log.
 func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry) ([]Stored, error) {
-	batch, err := p.prepareAll(reqs)
-	if err != nil {
-		return nil, err
+	return p.publishBatch(ctx, reqs, func(batch []Pending) {
+		if len(batch) > 0 {
+			batch[len(batch)-1].Audit = audit
+			batch[len(batch)-1].Decides = true
+		}
+	})
+}
+
+// publishBatch prepares reqs, lets decorate mark the batch, and appends it,
+// routing it again when the store holds a newer cadastro.
+func (p *Publisher) publishBatch(ctx context.Context, reqs []PublishRequest, decorate func([]Pending)) ([]Stored, error) {
+	for try := 0; ; try++ {
+		batch, err := p.prepareAll(reqs)
+		if err != nil {
+			return nil, err
+		}
+		decorate(batch)
+		stored, err := p.appendAll(ctx, batch)
+		if p.rerouted(ctx, err, try) {
+			continue
+		}
+		return stored, err
 	}
-	if len(batch) > 0 {
-		batch[len(batch)-1].Audit = audit
-		batch[len(batch)-1].Decides = true
-	}
-	return p.appendAll(ctx, batch)
 }
 
 // Validate runs every publish step but the append: a command handler checks
@@ -282,7 +310,7 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 	// transaction; the store's commit hook delivers to live consumers (the
 	// payload as sent: valid JSON, parsed above, so it needs no re-encoding)
 	// and wakes the dispatcher.
-	out := p.Integrators.outboxFor(ev, tv.Audiencia)
+	out, cadastro := p.Integrators.outboxFor(ev, tv.Audiencia)
 	if out != nil {
 		sorted, err := sortedPayload(obj)
 		if err != nil {
@@ -294,7 +322,11 @@ func (p *Publisher) prepare(req PublishRequest) (Pending, error) {
 		// The envelope is the full payload: the store only ever sees it sealed.
 		out.Body = p.Integrators.Sealer.SealBody(out.Body, ev.EventID)
 	}
-	return Pending{Event: ev, Full: raw, Outbox: out}, nil
+	pending := Pending{Event: ev, Full: raw, Outbox: out}
+	if p.Integrators != nil {
+		pending.Cadastro = &cadastro
+	}
+	return pending, nil
 }
 
 // invalid gathers the findings of the publish steps into one 422.

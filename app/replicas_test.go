@@ -293,3 +293,31 @@ func TestConsumersRunOnTheLeaderOnly(t *testing.T) {
 		t.Fatalf("the old leader handled %d events after it stopped", len(got)-6)
 	}
 }
+
+// An integrator created on one replica receives every event published on
+// another after its creation was answered, at once, not after that
+// replica next reads the cadastro (issue 27: events published on B in the
+// second after an integrator was created on A were routed without it, and
+// never delivered to it).
+func TestAnIntegratorCreatedOnOneReplicaGetsTheNextPublishOnAnother(t *testing.T) {
+	url := storetest.PostgresDatabase(t)
+	ctx := t.Context()
+	deps := app.Deps{Policy: callback.Policy{Insecure: true}, NoDispatch: true}
+	a := storetest.New(t, storetest.Options{Postgres: url, Deps: deps})
+	registerTestTypes(t, a, "teste:b")
+	b := storetest.New(t, storetest.Options{Postgres: url, Deps: deps})
+	publishOn(t, b, "teste:b", "unidade:1", 0) // B has routed with the cadastro it read at start
+	in, err := a.Integrators.Create(ctx, app.NewIntegrator{Nome: "CAD", CallbackURL: "http://127.0.0.1:9/eventos",
+		HostsPermitidos: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := publishOn(t, b, "teste:b", "unidade:1", 1)
+	rows, _, err := b.DB.Deliveries(ctx, app.DeliveryFilter{Integrador: in.ID, Limite: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].EventID != ev.EventID {
+		t.Fatalf("deliveries to the integrator created on A: %+v; want the event published on B after it", rows)
+	}
+}

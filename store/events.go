@@ -100,6 +100,27 @@ func (s *writeStmts) close() {
 	}
 }
 
+// checkCadastro refuses a batch routed by a cadastro older than the one
+// committed (app.ErrStaleCadastro), as on PostgreSQL; here one process
+// holds the cadastro, so only a change committed while the batch was
+// prepared makes it stale.
+func (tx *wtx) checkCadastro(batch []app.Pending) error {
+	for _, p := range batch {
+		if p.Cadastro == nil {
+			continue
+		}
+		if tx.cadastro < 0 {
+			if err := tx.QueryRow(`SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&tx.cadastro); err != nil {
+				return fmt.Errorf("read cadastro version: %w", err)
+			}
+		}
+		if *p.Cadastro < tx.cadastro {
+			return app.ErrStaleCadastro
+		}
+	}
+	return nil
+}
+
 // Append implements app.EventLog: the batch is one writer operation, so it
 // commits or fails as a whole.
 func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, error) {
@@ -107,6 +128,9 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 	err := db.do(ctx, func(tx *wtx) error {
 		now := db.now()
 		clear(out)
+		if err := tx.checkCadastro(batch); err != nil {
+			return err
+		}
 		// A deciding event already stored (app.Pending.Decides) stops the
 		// batch, as on PostgreSQL; here the one writer makes the look-up
 		// and the inserts one step.

@@ -27,6 +27,9 @@ type wtx struct {
 	stmts    *writeStmts
 	appended []app.Appended
 	bound    map[*sql.Stmt]*sql.Stmt
+	// cadastro is the integrators' cadastro version as this transaction
+	// read it (checkCadastro); -1 before it does.
+	cadastro int64
 }
 
 // stmt binds a prepared statement to the transaction once per transaction:
@@ -180,7 +183,7 @@ func (db *DB) run(batch []*op, isolate bool) bool {
 	if err != nil {
 		return fail(fmt.Errorf("begin: %w", err))
 	}
-	t := &wtx{Tx: tx, stmts: &db.stmts}
+	t := &wtx{Tx: tx, stmts: &db.stmts, cadastro: -1}
 	live := 0
 	for i, o := range batch {
 		if o.ctx.Err() != nil {

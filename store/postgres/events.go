@@ -76,6 +76,28 @@ func (tx *wtx) unplan(i int) {
 	}
 }
 
+// checkCadastro refuses a batch routed by a cadastro older than the one
+// committed (app.ErrStaleCadastro): an integrator created, changed or
+// removed by another replica since this one read it. The version is read
+// once per transaction, after every operation in it was submitted, so a
+// publish that began after a change committed always sees it.
+func (tx *wtx) checkCadastro(batch []app.Pending) error {
+	for _, p := range batch {
+		if p.Cadastro == nil {
+			continue
+		}
+		if tx.cadastro < 0 {
+			if err := tx.QueryRow(tx.ctx, `SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&tx.cadastro); err != nil {
+				return fmt.Errorf("read cadastro version: %w", err)
+			}
+		}
+		if *p.Cadastro < tx.cadastro {
+			return app.ErrStaleCadastro
+		}
+	}
+	return nil
+}
+
 // Append implements app.EventLog: the batch is one writer operation, so it
 // commits or fails as a whole.
 //
@@ -130,6 +152,9 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		clear(out)
 		clear(plans)
 		clear(first)
+		if err := tx.checkCadastro(batch); err != nil {
+			return err
+		}
 		var ids []string
 		for _, p := range batch {
 			if tx.planned[p.Event.EventID] == nil {

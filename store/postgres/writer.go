@@ -88,6 +88,9 @@ type wtx struct {
 	op      int
 	// attempts says the late phase recorded delivery attempts.
 	attempts bool
+	// cadastro is the integrators' cadastro version as this transaction
+	// read it (checkCadastro); -1 before it does.
+	cadastro int64
 	// freed says the transaction made rows claimable that other replicas'
 	// dispatchers may be waiting for: leases handed back or reaped, or a
 	// finish that left due rows behind it (see announce).
@@ -403,7 +406,7 @@ func (db *DB) run(batch []*op, isolate bool) outcome {
 		return fail(fmt.Errorf("begin: %w", err))
 	}
 	defer ptx.Rollback(context.Background()) // after Commit, a no-op
-	tx := &wtx{Tx: ptx, ctx: ctx, planned: map[string]*plannedEvent{}}
+	tx := &wtx{Tx: ptx, ctx: ctx, planned: map[string]*plannedEvent{}, cadastro: -1}
 	live := make([]bool, len(batch))
 	var keys []lockKey
 	for i, o := range batch {
