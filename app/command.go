@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,20 +72,18 @@ type Outcome struct {
 // outcome published as integracao:comando-concluido or -recusado in the
 // same transaction as the command's domain events.
 //
-// Commands run one at a time on the whole database: a handler reads the
-// state it checks and publishes what follows from it without another
-// command in between, and a command id looked up as unrecorded stays so
-// until its outcome commits, so the same command sent twice at once (to
-// one replica or to two) runs once and both callers get its one recorded
-// answer. The store's lock (LockCommands) is what holds across replicas;
-// the in-process mutex in front of it keeps a replica's waiting commands
-// from each holding a database connection while they wait.
+// No lock is held while a command runs (issue 27: a replica frozen while
+// it held the one command lock stopped every command on every replica).
+// Instead each run is checked when it is stored: a handler reads the
+// aggregates it decides on through ReadAggregate, and the outcome, with
+// the run's events, is appended only if none of them has a new event
+// since (Pending.Expect); otherwise the command runs again on what is
+// stored now. The same command sent twice at once (to one replica or to
+// two) may run twice, but its outcome decides its append (Pending.Decides):
+// one run is stored, and both callers get its one recorded answer.
 type Commands struct {
 	Publisher *Publisher
-	Log       interface {
-		EventLog
-		CommandLocker
-	}
+	Log       EventLog
 	// Audit records the refusals that come before a command runs (its
 	// x-solicitacao-id malformed or reused with another body), which no
 	// outcome records.
@@ -94,7 +93,114 @@ type Commands struct {
 	Key []byte
 	Now func() time.Time
 
+	turns turns
+}
+
+// maxCommandRuns bounds the runs of one command whose aggregates keep
+// moving under it (other replicas' commands on the same ocorrência): past
+// them the caller is asked to send it again.
+const maxCommandRuns = 8
+
+// commandReads are the aggregates a command's run read (ReadAggregate),
+// and the turns it holds on them in this process.
+type commandReads struct {
+	turns *turns
+	mu    sync.Mutex
+	last  map[string]int64
+	held  map[string]func()
+}
+
+type commandReadsKey struct{}
+
+// ReadAggregate tells the command running in ctx, if any, that its handler
+// is about to read agregado: it waits for this process's other commands on
+// it to finish (so they do not run each other's work again), and done says
+// which event the read ended at (0: none). The run is stored only if none
+// was appended to agregado since, by any replica.
+func ReadAggregate(ctx context.Context, agregado string) (done func(last int64)) {
+	r, _ := ctx.Value(commandReadsKey{}).(*commandReads)
+	if r == nil {
+		return func(int64) {}
+	}
+	r.mu.Lock()
+	_, holding := r.held[agregado]
+	r.mu.Unlock()
+	if !holding {
+		if release, err := r.turns.take(ctx, agregado); err == nil {
+			r.mu.Lock()
+			r.held[agregado] = release
+			r.mu.Unlock()
+		}
+	}
+	return func(last int64) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if prev, ok := r.last[agregado]; !ok || last < prev {
+			r.last[agregado] = last
+		}
+	}
+}
+
+// release ends the run's turns.
+func (r *commandReads) release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, release := range r.held {
+		release()
+	}
+	clear(r.held)
+}
+
+// turns are one process's commands taking turns per aggregate. Nothing is
+// held in the database, so a replica that freezes holding a turn stops
+// only its own commands on that aggregate.
+type turns struct {
 	mu sync.Mutex
+	by map[string]*turn
+}
+
+type turn struct {
+	slot    chan struct{}
+	waiting int
+}
+
+func (t *turns) take(ctx context.Context, key string) (func(), error) {
+	t.mu.Lock()
+	if t.by == nil {
+		t.by = map[string]*turn{}
+	}
+	tu := t.by[key]
+	if tu == nil {
+		tu = &turn{slot: make(chan struct{}, 1)}
+		t.by[key] = tu
+	}
+	tu.waiting++
+	t.mu.Unlock()
+	done := func() {
+		t.mu.Lock()
+		if tu.waiting--; tu.waiting == 0 {
+			delete(t.by, key)
+		}
+		t.mu.Unlock()
+	}
+	select {
+	case tu.slot <- struct{}{}:
+		return func() { <-tu.slot; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}
+
+func (r *commandReads) expect() []Expectation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Expectation, 0, len(r.last))
+	for agg, last := range r.last {
+		out = append(out, Expectation{Agregado: agg, Ultima: last})
+	}
+	slices.SortFunc(out, func(a, b Expectation) int { return strings.Compare(a.Agregado, b.Agregado) })
+	return out
 }
 
 // outcomePayload is the payload of both outcome types.
@@ -150,26 +256,31 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	outcomeID := uuid.NewSHA1(outcomeNamespace, []byte(requester+"\n"+sol)).String()
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	unlock, err := c.Log.LockCommands(ctx)
-	if err != nil {
-		return Outcome{}, err
-	}
-	// Held until the outcome committed (or nothing was recorded): the next
-	// holder's lookup then sees it. A lock lost before that (unlock's
-	// error) changes no answer: the outcome decides its append (see
-	// PublishAudited), so of two overlapping runs one is stored, and both
-	// callers get it.
-	defer unlock()
 	if prev, err := c.Log.Event(ctx, outcomeID); err == nil {
 		return recorded(prev, digest)
 	} else if !errors.Is(err, ErrNotFound) {
 		return Outcome{}, err
 	}
-
 	ran = true
-	res, err := exec(ctx)
+	for range maxCommandRuns {
+		o, err := c.runOnce(ctx, cmd, exec, outcomeID, digest, autoria)
+		if !errors.Is(err, ErrAggregateMoved) {
+			return o, err
+		}
+	}
+	return Outcome{}, &Error{Code: EUnavailable, Err: ErrAggregateMoved,
+		Message: "a ocorrência mudou a cada tentativa de executar o comando; envie-o de novo com o mesmo x-solicitacao-id"}
+}
+
+// runOnce runs exec on the state stored now and appends its outcome, its
+// events and its audit entry, on the condition that what exec read is
+// still so (ErrAggregateMoved otherwise: nothing was stored).
+func (c *Commands) runOnce(ctx context.Context, cmd Command, exec func(ctx context.Context) (Result, error),
+	outcomeID, digest string, autoria *Autoria) (Outcome, error) {
+	sol := cmd.Solicitacao
+	reads := &commandReads{turns: &c.turns, last: map[string]int64{}, held: map[string]func(){}}
+	defer reads.release()
+	res, err := exec(context.WithValue(ctx, commandReadsKey{}, reads))
 	record := commandRecord{Metodo: cmd.Metodo, Rota: cmd.Rota, CorpoHMAC: digest}
 	// The requester gets its own body back in the outcome, unless that would
 	// push the outcome past the payload limit: the HMAC identifies it anyway.
@@ -213,7 +324,7 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	// The audit entry commits with the outcome, refusals included: a
 	// refused command is recorded (as comando-recusado) like any other.
-	stored, err := c.Publisher.PublishAudited(ctx, events, audit)
+	stored, err := c.Publisher.PublishAudited(ctx, events, audit, reads.expect())
 	if err != nil {
 		if ErrorCode(err) == EInvalid {
 			return Outcome{}, RegistryRefused(err)
@@ -222,7 +333,7 @@ func (c *Commands) Run(ctx context.Context, cmd Command, exec func(ctx context.C
 	}
 	// The answer is read back from the stored outcome, so the first answer
 	// and every repeat are the same bytes. Not created: another run of the
-	// command (on a replica whose lock it took over) stored it first.
+	// command (the same command sent twice at once) stored it first.
 	last := stored[len(stored)-1]
 	o, err := recorded(last.Event, digest)
 	o.Repeat = !last.Created

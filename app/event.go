@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -146,7 +147,24 @@ type Pending struct {
 	// command's outcome decides: stored, it says the command ran, and
 	// another run's domain events, which have fresh ids, must not follow it.
 	Decides bool
+	// Expect makes the whole batch conditional on these aggregates being
+	// as a command's handler read them: when an event was appended to one
+	// since, nothing of the batch is stored and Append fails with
+	// ErrAggregateMoved (after Decides: a batch decided by a stored event
+	// answers it instead).
+	Expect []Expectation
 }
+
+// Expectation is an aggregate as a command read it: Ultima is the
+// sequence_number of its last event then, 0 for none.
+type Expectation struct {
+	Agregado string
+	Ultima   int64
+}
+
+// ErrAggregateMoved is Append's refusal of a batch whose Expect no longer
+// holds: the command runs again on what is stored now.
+var ErrAggregateMoved = errors.New("an aggregate the command read has new events")
 
 // Stored is what the log answers for one Pending: the stored record and
 // whether it was new.

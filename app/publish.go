@@ -111,14 +111,17 @@ func (p *Publisher) prepareAll(reqs []PublishRequest) ([]Pending, error) {
 
 // PublishAudited is a command's publish: PublishAll with audit written in
 // the same transaction, decided by the last request's event (a command's
-// outcome is last). When that event is already stored, nothing of the batch
-// is written (see Pending.Decides) and only the last Stored is filled, not
-// Created: the command ran before, and its domain events are in the log.
-func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry) ([]Stored, error) {
+// outcome is last). When that event is already stored, nothing of the
+// batch is written (see Pending.Decides) and only the last Stored is
+// filled, not Created: the command ran before, and its domain events are
+// in the log. Otherwise it is stored only while the aggregates in expect
+// are as the command read them (ErrAggregateMoved).
+func (p *Publisher) PublishAudited(ctx context.Context, reqs []PublishRequest, audit *AuditEntry, expect []Expectation) ([]Stored, error) {
 	return p.publishBatch(ctx, reqs, func(batch []Pending) {
 		if len(batch) > 0 {
 			batch[len(batch)-1].Audit = audit
 			batch[len(batch)-1].Decides = true
+			batch[len(batch)-1].Expect = expect
 		}
 	})
 }

@@ -7,14 +7,13 @@ import (
 
 // SharedStore is the state that one process used to hold in memory and
 // that several replicas on one database must share (SPEC 12): the login
-// limits, the reprocess rate limit, the command lock, the breakers and the
+// limits, the reprocess rate limit, the breakers and the
 // version of the integrators' cadastro. Sessions were in the database
 // already. On SQLite one process owns the file, so the same contracts hold
 // within it; on PostgreSQL they hold across every replica.
 type SharedStore interface {
 	LoginLimitStore
 	ReprocessLimitStore
-	CommandLocker
 	CircuitStore
 	CadastroVersioner
 }
@@ -40,15 +39,6 @@ type ReprocessLimitStore interface {
 	// one was at least interval before; otherwise it records nothing and
 	// says how long to wait.
 	ClaimReprocess(ctx context.Context, colonia string, at time.Time, interval time.Duration) (wait time.Duration, err error)
-}
-
-// CommandLocker serialises commands (see Commands).
-type CommandLocker interface {
-	// LockCommands waits until no other command runs on this database,
-	// from any process, and holds that until unlock is called. unlock's
-	// error says the lock was lost before it (the connection broke): the
-	// command may have overlapped another.
-	LockCommands(ctx context.Context) (unlock func() error, err error)
 }
 
 // StoredCircuit is one integrator's circuit as the replicas share it: what

@@ -102,6 +102,54 @@ func TestSharedStateHoldsAcrossReplicas(t *testing.T) {
 		}
 	})
 
+	// No lock holds commands apart (issue 27): each decides on the
+	// ocorrência as stored when it ran, and is stored only if nothing was
+	// appended to it since, or runs again.
+	t.Run("commands on one ocorrência sent to both replicas at once each decide on the other's result", func(t *testing.T) {
+		out, err := a.Ocorrencias.Register(ctx, app.Command{Operador: "operador-1", Solicitacao: uuid.NewString(),
+			Metodo: http.MethodPost, Rota: "/api/ocorrencias", Body: []byte(`{"natureza": "incendio"}`)})
+		if err != nil || out.Status != http.StatusCreated {
+			t.Fatalf("register: %d %s %v", out.Status, out.Body, err)
+		}
+		var created struct{ ID string }
+		if err := json.Unmarshal(out.Body, &created); err != nil {
+			t.Fatal(err)
+		}
+		dispatch := func(k *storetest.Kit, recurso string) app.Outcome {
+			o, err := k.Ocorrencias.Dispatch(context.Background(), app.Command{Operador: "operador-1",
+				Solicitacao: uuid.NewString(), Metodo: http.MethodPost, Rota: "/api/ocorrencias/" + created.ID + "/despachos",
+				Body: []byte(`{"recurso": {"identificador": "` + recurso + `"}}`)}, created.ID)
+			if err != nil {
+				t.Error(err)
+			}
+			return o
+		}
+		const n = 8
+		var mu sync.Mutex
+		statuses := map[int]int{}
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				o := dispatch(both[i%2], "UR-01") // the same vehicle: one dispatch, the rest refused
+				mu.Lock()
+				statuses[o.Status]++
+				mu.Unlock()
+			})
+			wg.Go(func() { dispatch(both[i%2], fmt.Sprintf("ABT-%02d", i)) }) // another vehicle each
+		}
+		wg.Wait()
+		if statuses[http.StatusCreated] != 1 || statuses[http.StatusConflict] != n-1 {
+			t.Fatalf("%d dispatches of one vehicle at once answered %v; want one 201 and the rest 409", n, statuses)
+		}
+		o, err := b.Ocorrencias.Get(ctx, created.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.Despachos) != n+1 {
+			t.Fatalf("the ocorrência has %d despachos, want %d: none lost, none twice", len(o.Despachos), n+1)
+		}
+	})
+
 	t.Run("a circuit opened by one replica is open on the other, with the same cooldown", func(t *testing.T) {
 		// A's requests fail, B's would succeed: B's breaker can only open
 		// by adopting A's.

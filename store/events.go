@@ -100,6 +100,25 @@ func (s *writeStmts) close() {
 	}
 }
 
+// checkExpected refuses a batch whose expectations (app.Pending.Expect)
+// no longer hold: an event of the aggregate stored, in this transaction
+// too, past what the command read.
+func (tx *wtx) checkExpected(batch []app.Pending) error {
+	for _, p := range batch {
+		for _, e := range p.Expect {
+			var last int64
+			if err := tx.QueryRow(`SELECT coalesce(max(sequence_number), 0) FROM event_log WHERE agregado = ?`,
+				e.Agregado).Scan(&last); err != nil {
+				return fmt.Errorf("read aggregate %s: %w", e.Agregado, err)
+			}
+			if last > e.Ultima {
+				return app.ErrAggregateMoved
+			}
+		}
+	}
+	return nil
+}
+
 // checkCadastro refuses a batch routed by a cadastro older than the one
 // committed (app.ErrStaleCadastro), as on PostgreSQL; here one process
 // holds the cadastro, so only a change committed while the batch was
@@ -146,6 +165,9 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 			if !errors.Is(err, app.ErrNotFound) {
 				return fmt.Errorf("look up deciding event: %w", err)
 			}
+		}
+		if err := tx.checkExpected(batch); err != nil {
+			return err
 		}
 		for i, p := range batch {
 			stored, created, err := tx.appendEvent(p.Event, p.Full, now)

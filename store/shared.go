@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,26 +103,6 @@ func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, 
 		return 0, fmt.Errorf("claim reprocess: %w", err)
 	}
 	return wait, nil
-}
-
-// commandLocks holds one lock per database file, so that two handles on
-// the same file in one process (a test's restart) exclude each other too.
-var commandLocks sync.Map // cleaned path -> chan struct{} (a semaphore of one)
-
-// LockCommands implements app.CommandLocker.
-func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
-	v, _ := commandLocks.LoadOrStore(filepath.Clean(db.Path), make(chan struct{}, 1))
-	sem := v.(chan struct{})
-	select {
-	case sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	var once sync.Once
-	return func() error {
-		once.Do(func() { <-sem })
-		return nil
-	}, nil
 }
 
 // SaveCircuits implements app.CircuitStore.

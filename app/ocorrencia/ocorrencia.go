@@ -216,6 +216,10 @@ func (s *Service) load(ctx context.Context, id string) (Ocorrencia, error) {
 	id = parsed.String()
 	f := app.EventFilter{Agregado: "ocorrencia:" + id, Limite: pageSize}
 	o := Ocorrencia{Despachos: []Despacho{}}
+	// A command decides on what this read: its outcome is stored only if
+	// no event was appended to the ocorrência since (app.Commands).
+	read := app.ReadAggregate(ctx, f.Agregado)
+	defer func() { read(max(f.SequenceInicio-1, 0)) }()
 	for {
 		evs, _, err := s.Log.Events(ctx, f)
 		if err != nil {

@@ -45,8 +45,7 @@ type DB struct {
 	hooks  hooks // tests' (writer.go)
 
 	batchTimeout time.Duration
-	commandHold  time.Duration // the command lock's lifetime (LockCommands)
-	notify       notifier      // the other replicas' wake-ups (notify.go)
+	notify       notifier // the other replicas' wake-ups (notify.go)
 }
 
 // Options tune Open.
@@ -77,9 +76,7 @@ type Options struct {
 // network's). A transaction left open by a replica that hangs (not one
 // that dies: its connection closes and the server rolls it back) is ended
 // by the server after idleInTransaction, far above the milliseconds a
-// group commit sits between two statements (the command lock's
-// transaction, idle for as long as its command waits for the writer, sets
-// a longer one: LockCommands).
+// group commit sits between two statements.
 var settings = map[string]string{
 	"synchronous_commit":                  "on",
 	"TimeZone":                            "UTC",
@@ -145,7 +142,7 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		w.Close()
 		return nil, err
 	}
-	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout, commandHold: commandHold(opt.BatchTimeout),
+	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	go db.writer(opt.MaxBatch)
 	return db, nil

@@ -76,6 +76,32 @@ func (tx *wtx) unplan(i int) {
 	}
 }
 
+// checkExpected refuses a batch whose expectations (app.Pending.Expect)
+// no longer hold: an event of the aggregate committed, or planned by an
+// earlier operation of this transaction, past what the command read. The
+// batch holds the aggregates' keys, which every append to them takes, so
+// nothing else appends to them until it commits.
+func (tx *wtx) checkExpected(batch []app.Pending) error {
+	for _, p := range batch {
+		for _, e := range p.Expect {
+			for _, pl := range tx.planned {
+				if pl.ev.Agregado == e.Agregado {
+					return app.ErrAggregateMoved
+				}
+			}
+			var last int64
+			if err := tx.QueryRow(tx.ctx, `SELECT coalesce(max(sequence_number), 0) FROM event_log WHERE agregado = $1`,
+				e.Agregado).Scan(&last); err != nil {
+				return fmt.Errorf("read aggregate %s: %w", e.Agregado, err)
+			}
+			if last > e.Ultima {
+				return app.ErrAggregateMoved
+			}
+		}
+	}
+	return nil
+}
+
 // checkCadastro refuses a batch routed by a cadastro older than the one
 // committed (app.ErrStaleCadastro): an integrator created, changed or
 // removed by another replica since this one read it. The version is read
@@ -139,9 +165,16 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 	for _, p := range batch {
 		if p.Outbox != nil {
 			keys = append(keys, key("aggregate", p.Outbox.Agregado))
+		} else if p.Event.Agregado != "" {
+			// Not routed, but a command's expectation on its aggregate
+			// (app.Pending.Expect) must see it or wait for it.
+			keys = append(keys, key("aggregate", p.Event.Agregado))
 		}
 		if p.Decides {
 			keys = append(keys, key("event", p.Event.EventID))
+		}
+		for _, e := range p.Expect {
+			keys = append(keys, key("aggregate", e.Agregado))
 		}
 	}
 	plans := make([]*plannedEvent, len(batch)) // nil: stored before
@@ -188,6 +221,9 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		}
 		if decided {
 			return nil
+		}
+		if err := tx.checkExpected(batch); err != nil {
+			return err
 		}
 		var owned []*plannedEvent
 		for i, p := range batch {

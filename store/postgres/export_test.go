@@ -17,18 +17,6 @@ func Queued(db *DB) int { return len(db.ops) }
 // MaxRetries is how many times a batch is retried.
 const MaxRetries = maxRetries
 
-// CommandLockTimeout is idle_in_transaction_session_timeout, in
-// milliseconds, inside the command lock's transaction.
-func CommandLockTimeout(db *DB) (string, error) {
-	tx, err := db.lockCommands(bg)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(bg)
-	var v string
-	err = tx.QueryRow(bg, `SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'`).Scan(&v)
-	return v, err
-}
 
 // ClaimCandidatesSQL is the claim's first statement, for its plan.
 const ClaimCandidatesSQL = claimCandidatesSQL

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,32 +11,6 @@ import (
 	"geohub/store/postgres"
 	"geohub/store/storetest"
 )
-
-// The command lock's transaction sits idle while its command's append
-// waits in the writer, which may take every run of a batch to its
-// deadline: the server must not end it (and so release the lock to
-// another replica) before that, whatever the session's own idle timeout.
-func TestTheCommandLockOutlivesTheWriter(t *testing.T) {
-	t.Parallel()
-	url := freshDatabase(t)
-	const batch = 20 * time.Second
-	db := openWith(t, url, postgres.Options{BatchTimeout: batch})
-	v, err := postgres.CommandLockTimeout(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		t.Fatalf("idle_in_transaction_session_timeout %q: %v", v, err)
-	}
-	if worst := time.Duration(postgres.MaxRetries+1) * batch; time.Duration(got)*time.Millisecond <= worst {
-		t.Fatalf("the command lock ends after %d ms idle, within the writer's %v", got, worst)
-	}
-	// The session's own setting is left as it was.
-	if v, err := db.Setting(t.Context(), "idle_in_transaction_session_timeout", false); err != nil || v != "2s" {
-		t.Fatalf("the readers' idle timeout: %q, %v", v, err)
-	}
-}
 
 // Two replicas append the same decided batch (a command's outcome and
 // the domain events of its run): the second stores nothing and gets the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,8 +27,7 @@ var _ app.SharedStore = (*DB)(nil)
 // Advisory lock keys. The login keys use the two-int4 form, whose key
 // space does not overlap the bigint one (PostgreSQL's documentation).
 const (
-	commandLock    = 0x67656f68636d64 // "geohcmd"
-	loginLockClass = 0x676c6f67       // "glog"
+	loginLockClass = 0x676c6f67 // "glog"
 )
 
 // lockKeys takes the transaction-level advisory lock of every key, in key
@@ -137,53 +135,6 @@ func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, 
 	// At least a millisecond: the claim was refused, whatever a clock
 	// running behind another replica's makes of the row.
 	return max(fromMS(last).Add(interval).Sub(at), time.Millisecond), nil
-}
-
-// LockCommands implements app.CommandLocker with a transaction-level
-// advisory lock, held by a transaction left open until unlock commits it:
-// it works through a transaction-pooling proxy, and a replica that dies
-// releases it with its connection. A replica that hangs holding it is cut
-// off by idle_in_transaction_session_timeout, which this transaction
-// raises to commandHold: the session's 15 s (see settings) is shorter than
-// a command's append may wait in the writer, and a lock that ended before
-// the append committed would let a retry of the command run on another
-// replica meanwhile. unlock then reports the lost lock.
-func (db *DB) LockCommands(ctx context.Context) (func() error, error) {
-	tx, err := db.lockCommands(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return func() error {
-		if err := tx.Commit(bg); err != nil {
-			return fmt.Errorf("unlock commands: %w", storageError(err))
-		}
-		return nil
-	}, nil
-}
-
-func (db *DB) lockCommands(ctx context.Context) (pgx.Tx, error) {
-	tx, err := db.read.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lock commands: %w", storageError(err))
-	}
-	hold := strconv.FormatInt(db.commandHold.Milliseconds(), 10) + "ms"
-	if _, err := tx.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, hold); err != nil {
-		tx.Rollback(bg)
-		return nil, fmt.Errorf("lock commands: %w", storageError(err))
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(commandLock)); err != nil {
-		tx.Rollback(bg)
-		return nil, fmt.Errorf("lock commands: %w", storageError(err))
-	}
-	return tx, nil
-}
-
-// commandHold is how long the command lock outlives a replica that holds
-// it and says nothing: longer than the command's append can take in the
-// writer, which is the batch running ahead of it and then its own, each at
-// writerWorst, plus 15 s for the command's own reads and handler.
-func commandHold(batchTimeout time.Duration) time.Duration {
-	return 2*writerWorst(batchTimeout) + 15*time.Second
 }
 
 // SaveCircuits implements app.CircuitStore, in the writer's transaction

@@ -185,54 +185,6 @@ func SharedConformance(t *testing.T, open func(t *testing.T) SharedUnderTest) {
 		}
 	})
 
-	t.Run("command lock: one holder at a time across handles, and a waiter gives up with its context", func(t *testing.T) {
-		u := fresh(t)
-		dbs := []SharedStores{u.DB, u.Again(t)}
-		var inside atomic.Bool
-		var held atomic.Int64
-		var wg sync.WaitGroup
-		for i := range 12 {
-			wg.Go(func() {
-				unlock, err := dbs[i%2].LockCommands(context.Background())
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !inside.CompareAndSwap(false, true) {
-					t.Error("two holders of the command lock at once")
-				}
-				held.Add(1)
-				inside.Store(false)
-				if err := unlock(); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-		if held.Load() != 12 {
-			t.Fatalf("%d of 12 got the lock", held.Load())
-		}
-		unlock, err := dbs[0].LockCommands(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		if _, err := dbs[1].LockCommands(ctx); err == nil {
-			t.Fatal("a cancelled waiter got a held lock")
-		}
-		if err := unlock(); err != nil {
-			t.Fatal(err)
-		}
-		again, err := dbs[1].LockCommands(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := again(); err != nil {
-			t.Fatal(err)
-		}
-	})
-
 	t.Run("circuits: one row per integrator, the last write wins, each write one more version", func(t *testing.T) {
 		u := fresh(t)
 		a, b := u.DB, u.Again(t)
