@@ -17,7 +17,6 @@ func Queued(db *DB) int { return len(db.ops) }
 // MaxRetries is how many times a batch is retried.
 const MaxRetries = maxRetries
 
-
 // ClaimCandidatesSQL is the claim's first statement, for its plan.
 const ClaimCandidatesSQL = claimCandidatesSQL
 
