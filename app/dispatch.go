@@ -28,7 +28,11 @@ const (
 	ReplicaLease     = 6 * time.Second
 	DefaultRetention = 7 * 24 * time.Hour
 	defaultInFlight  = 32
-	defaultPerIntegr = 16
+	// DefaultPerIntegrator is how many requests one dispatcher has on the
+	// wire to one integrator at most; MaxPerIntegrator the most it may be
+	// set to (all of its in-flight slots).
+	DefaultPerIntegrator = 16
+	MaxPerIntegrator     = defaultInFlight
 )
 
 // DefaultDeadLetterRetention is how long a dead letter keeps its body,
@@ -123,7 +127,7 @@ func (d *Dispatcher) init() {
 			d.MaxInFlight = defaultInFlight
 		}
 		if d.PerIntegrator == 0 {
-			d.PerIntegrator = defaultPerIntegr
+			d.PerIntegrator = DefaultPerIntegrator
 		}
 		if d.Jitter == nil {
 			d.Jitter = rand.Float64

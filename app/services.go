@@ -63,7 +63,10 @@ type Deps struct {
 	// SessionIdle ends a console session without a request for this long
 	// (0: DefaultSessionIdle).
 	SessionIdle time.Duration
-	ReapOnStart bool
+	// PerIntegrator bounds one integrator's requests on the wire from this
+	// process (0: DefaultPerIntegrator).
+	PerIntegrator int
+	ReapOnStart   bool
 	// NoDispatch leaves the dispatcher stopped: Start runs only the
 	// consumers and the stats loop, and Ready does not ask for it. For tests
 	// that put deliveries where they want them and look at the rows.
@@ -188,7 +191,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
 		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
-		OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
+		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
 	s.Deliveries = &Deliveries{Store: db, Slots: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
 		Tester: NewTester(d.Policy, DeliveryTimeout, d.Now, d.Version), Publisher: publisher}
 	db.OnCommit(s.Committed)

@@ -99,6 +99,7 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 	fs.StringVar(&cfg.LogFormat, "log-format", envOr("GEOHUB_LOG_FORMAT", "text"), "log format: text or json (env GEOHUB_LOG_FORMAT)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("GEOHUB_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env GEOHUB_LOG_LEVEL)")
 	retentionFlags(fs, &cfg)
+	perIntegratorFlag(fs, &cfg)
 	if err := parse(fs, args); err != nil || isHelp(args) {
 		return cfg, false, err
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,10 @@ type Config struct {
 	DeliveredRetention, DeadLetterRetention time.Duration
 	// SessionIdle ends a console session after this long without a request.
 	SessionIdle time.Duration
-	envErrs     map[string]error
+	// PerIntegrator is how many requests this server has on the wire to
+	// one integrator at most; replicas each have theirs.
+	PerIntegrator int
+	envErrs       map[string]error
 }
 
 // retentionFlags registers serve's duration flags: body retention (SPEC
@@ -90,9 +94,39 @@ func retentionFlags(fs *flag.FlagSet, cfg *Config) {
 	}
 }
 
+// perIntegratorFlag registers --per-integrator-in-flight: the bound on one
+// integrator's requests on the wire is per server, so N replicas send an
+// integrator up to N times it; an operator who runs N sets it to the
+// total over N.
+func perIntegratorFlag(fs *flag.FlagSet, cfg *Config) {
+	const name, env = "per-integrator-in-flight", "GEOHUB_PER_INTEGRATOR_IN_FLIGHT"
+	parse := func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > app.MaxPerIntegrator {
+			return fmt.Errorf("want a whole number from 1 to %d", app.MaxPerIntegrator)
+		}
+		cfg.PerIntegrator = n
+		return nil
+	}
+	cfg.PerIntegrator = app.DefaultPerIntegrator
+	if v, ok := os.LookupEnv(env); ok {
+		if err := parse(v); err != nil {
+			if cfg.envErrs == nil {
+				cfg.envErrs = map[string]error{}
+			}
+			cfg.envErrs[name] = fmt.Errorf("%s=%q: %w", env, v, err)
+		}
+	}
+	fs.Func(name, fmt.Sprintf("most requests on the wire to one integrator from this server; with N replicas an integrator gets up to N times it (default %d) (env %s)",
+		app.DefaultPerIntegrator, env), func(v string) error {
+		delete(cfg.envErrs, name)
+		return parse(v)
+	})
+}
+
 // envErr is the first bad environment value no flag overrode.
 func (cfg Config) envErr() error {
-	for _, name := range []string{"delivered-retention", "dead-letter-retention", "session-idle"} {
+	for _, name := range []string{"delivered-retention", "dead-letter-retention", "session-idle", "per-integrator-in-flight"} {
 		if err := cfg.envErrs[name]; err != nil {
 			return err
 		}
@@ -254,7 +288,8 @@ func (m *Main) Run(ctx context.Context) error {
 		// orphans; on PostgreSQL they may be another replica's, which only
 		// expiry hands back.
 		ReapOnStart: !where.Postgres(),
-		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention, SessionIdle: cfg.SessionIdle})
+		Retention:   cfg.DeliveredRetention, DeadLetterRetention: cfg.DeadLetterRetention, SessionIdle: cfg.SessionIdle,
+		PerIntegrator: cfg.PerIntegrator})
 	if err != nil {
 		return err
 	}
