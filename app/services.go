@@ -46,7 +46,7 @@ type Store interface {
 type Deps struct {
 	Store     Store
 	MasterKey []byte           // 32 bytes; every key is derived from it (keys.go)
-	Now       func() time.Time // default time.Now
+	Now       func() time.Time // default the store's DatabaseClock, else time.Now
 	Logger    *slog.Logger     // default discards
 	// Registerer takes the services' metrics and the gauges of the outbox
 	// backlog and the open DLQ entries; nil records no metrics.
@@ -132,6 +132,9 @@ type Services struct {
 func New(ctx context.Context, d Deps) (*Services, error) {
 	if d.Now == nil {
 		d.Now = time.Now
+		if c, ok := d.Store.(DatabaseClock); ok {
+			d.Now = c.Clock
+		}
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)

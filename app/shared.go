@@ -18,6 +18,15 @@ type SharedStore interface {
 	CadastroVersioner
 }
 
+// DatabaseClock is a store shared by replicas that tells the time by its
+// database's clock (issue 27): every service of every replica then reads
+// one clock, for when a retry comes due, the login window, the DLQ
+// reprocess minute and the audit trail's times. app.New takes it as the
+// services' clock when Deps.Now is unset.
+type DatabaseClock interface {
+	Clock() time.Time
+}
+
 // LoginLimitStore counts console login attempts per key ("ip:…",
 // "login:…") in a sliding window.
 type LoginLimitStore interface {

@@ -281,7 +281,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if cfg.NoAutoDisable {
 		autoDisable = 0
 	}
-	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Now: time.Now, Logger: logger, Registerer: reg,
+	svc, err := app.New(ctx, app.Deps{Store: db, MasterKey: key, Logger: logger, Registerer: reg,
 		Policy:  callback.Policy{Insecure: cfg.InsecureCallbacks},
 		Version: version, AutoDisable: autoDisable,
 		// One SQLite node runs one dispatcher, so leases found at start are

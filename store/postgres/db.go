@@ -46,13 +46,16 @@ type DB struct {
 
 	batchTimeout time.Duration
 	notify       notifier // the other replicas' wake-ups (notify.go)
+	offsetClock           // the database's clock (clock.go)
 }
 
 // Options tune Open.
 type Options struct {
-	Now      func() time.Time // clock; default time.Now
-	MaxBatch int              // most operations in one group commit; default 512
-	MaxReads int              // reader pool size; default max(4, 2*GOMAXPROCS)
+	// Now is the store's clock; default the database's (Clock). Tests set
+	// their own.
+	Now      func() time.Time
+	MaxBatch int // most operations in one group commit; default 512
+	MaxReads int // reader pool size; default max(4, 2*GOMAXPROCS)
 	// LockTimeout bounds every lock wait of every statement (lock_timeout):
 	// a wait that long retries the batch (see retryable); default 5 s.
 	LockTimeout time.Duration
@@ -109,9 +112,11 @@ const (
 // Open connects to the database at url, applies pending migrations and
 // starts the writer.
 func Open(ctx context.Context, url string, opt Options) (*DB, error) {
-	if opt.Now == nil {
-		opt.Now = time.Now
-	}
+	return open(ctx, url, opt, time.Now)
+}
+
+// open is Open with the local clock the database's is measured against.
+func open(ctx context.Context, url string, opt Options, local func() time.Time) (*DB, error) {
 	if opt.MaxBatch == 0 {
 		opt.MaxBatch = 512
 	}
@@ -143,7 +148,17 @@ func Open(ctx context.Context, url string, opt Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
-		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
+		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{}),
+		offsetClock: offsetClock{local: local}}
+	if err := db.syncClock(ctx); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if db.now == nil {
+		db.now = db.Clock
+	}
+	go db.followClock()
 	go db.writer(opt.MaxBatch)
 	return db, nil
 }

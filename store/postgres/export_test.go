@@ -1,6 +1,9 @@
 package postgres
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Test hooks into the writer, for the package's external tests.
 
@@ -26,4 +29,9 @@ const ClaimHeadsSQL = claimHeadsSQL
 // WriterNoop runs an empty operation through the writer: a batch to hold.
 func WriterNoop(ctx context.Context, db *DB) error {
 	return db.do(ctx, func(*wtx) error { return nil })
+}
+
+// OpenWithLocalClock is Open on a replica whose own clock is local.
+func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time) (*DB, error) {
+	return open(ctx, url, Options{}, local)
 }
