@@ -97,6 +97,10 @@ type Auth struct {
 // (SPEC 12, issue 27: it was 30 s). One read a second per active token.
 const tokenCacheTTL = SharedRefresh
 
+// forget drops every cached token: one was revoked or changed elsewhere,
+// and the next request of each reads the store.
+func (a *Auth) forget() { a.cache.Clear() }
+
 type cachedToken struct {
 	t       Token
 	expires time.Time

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -100,7 +101,14 @@ type Registry struct {
 	mu       sync.RWMutex
 	versions map[string]*compiled // key tipo + "@" + versao
 	builtin  map[string]bool      // versions the built-in plugins publish: never deprecated
+	// missRead is when a lookup last read the store for a version this
+	// process did not know (unix nanoseconds; see lookup).
+	missRead atomic.Int64
 }
+
+// missReadEvery spaces the store reads of lookups that miss: publishes of
+// types nobody registered must not each cost a read of the registry.
+const missReadEvery = 100 * time.Millisecond
 
 // NewRegistry loads every stored version and compiles it.
 func NewRegistry(ctx context.Context, store RegistryStore, now func() time.Time) (*Registry, error) {
@@ -338,10 +346,27 @@ func (r *Registry) Versions(tipo string) ([]TypeVersion, error) {
 
 // lookup finds the version a publish names, refusing unknown types,
 // versions without schema and deprecated versions.
+//
+// A version this process does not know is looked for in the store before
+// it is refused (read-through): another replica may have registered it a
+// moment ago, and its notification not have arrived yet.
 func (r *Registry) lookup(tipo, versao string) (*compiled, error) {
 	r.mu.RLock()
 	c, ok := r.versions[tipo+"@"+versao]
 	r.mu.RUnlock()
+	if !ok {
+		if last := r.missRead.Load(); time.Since(time.Unix(0, last)) >= missReadEvery &&
+			r.missRead.CompareAndSwap(last, time.Now().UnixNano()) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := r.Refresh(ctx)
+			cancel()
+			if err == nil {
+				r.mu.RLock()
+				c, ok = r.versions[tipo+"@"+versao]
+				r.mu.RUnlock()
+			}
+		}
+	}
 	if ok {
 		if c.Status == StatusDeprecado {
 			return nil, &Error{Code: EInvalid, Message: fmt.Sprintf("tipo %s@%s está deprecado", tipo, versao),

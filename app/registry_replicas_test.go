@@ -84,3 +84,27 @@ func TestRevokedTokenStopsOnEveryReplicaWithinASecond(t *testing.T) {
 		t.Fatalf("B still accepts the token revoked on A a second later: %v", err)
 	}
 }
+
+// A publish on B of a type A registered a moment ago is accepted though
+// B has not refreshed yet (read-through on a miss, issue 27): the
+// notification of the registration may come after the publish.
+func TestAVersionRegisteredElsewhereIsReadThroughOnAMiss(t *testing.T) {
+	db := storetest.Open(t, time.Now)
+	a, err := app.NewRegistry(t.Context(), db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := app.NewRegistry(t.Context(), db, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Register(t.Context(), app.TypeVersion{Tipo: "teste:leitura", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
+		Schema: []byte(`{"type":"object"}`), Redacao: redact.Rules{Manter: []string{""}}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := &app.Publisher{Log: db, Registry: b, Now: time.Now}
+	if _, created, err := pub.Publish(t.Context(), app.PublishRequest{Tipo: "teste:leitura", Origem: "teste",
+		Payload: []byte(`{}`)}); err != nil || !created {
+		t.Fatalf("publish on B of a type registered on A: %v %v", created, err)
+	}
+}

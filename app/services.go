@@ -123,6 +123,9 @@ type Services struct {
 	statsDone    chan struct{}
 	registryDone chan struct{}
 	stopOnce     sync.Once
+	// sharedChanged asks for the shared state to be read again now
+	// (Wakeup.Shared): the registry, the cadastro and circuits, the tokens.
+	sharedChanged chan struct{}
 }
 
 // New builds the services on d.Store and loads what they cache (the
@@ -185,6 +188,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		AttemptsChanged: &Notifier{},
 		ConsumedChanged: &Notifier{},
 		dispatch:        !d.NoDispatch,
+		sharedChanged:   make(chan struct{}, 1),
 		Leader:          &Leader{Store: db, Logger: d.Logger},
 	}
 	s.Consumers.Leader = s.Leader
@@ -275,13 +279,37 @@ func (s *Services) Start(ctx context.Context) error {
 		s.Stats.Run(runCtx)
 	}()
 	// What another replica registers or descontinues (on SQLite, another
-	// process never does, and the read is of a small table).
+	// process never does, and the read is of a small table). Each is read
+	// again at once when another replica says it changed something shared
+	// (followShared), and every SharedRefresh regardless: a notification
+	// may be lost with the listening connection.
 	s.registryDone = make(chan struct{})
 	go func() {
 		defer close(s.registryDone)
 		s.Registry.Follow(runCtx, SharedRefresh, func(err error) { s.Logger.Warn("registry not refreshed", "err", err) })
 	}()
+	go s.followShared(runCtx)
 	return nil
+}
+
+// followShared reads the shared state again each time another process
+// says it changed (Remote, Wakeup.Shared), one read at a time: changes
+// told during a read are seen by the next.
+func (s *Services) followShared(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.sharedChanged:
+		}
+		if err := s.Registry.Refresh(ctx); err != nil && ctx.Err() == nil {
+			s.Logger.Warn("registry not refreshed", "err", err)
+		}
+		if err := s.Integrators.refresh(ctx); err != nil && ctx.Err() == nil {
+			s.Logger.Warn("integrators not refreshed", "err", err)
+		}
+		s.Auth.forget()
+	}
 }
 
 // Stop stops what Start started and waits for it, in this order: the

@@ -20,6 +20,10 @@ type Wakeup struct {
 	// Consumed: the leader's in-process consumers took in events, so the
 	// read models they keep in the database (the ocorrências list) changed.
 	Consumed bool
+	// Shared: a process changed what every replica keeps in memory (the
+	// integrators' cadastro, the registry, the API tokens, the circuits):
+	// read it again now, not at the next poll.
+	Shared bool
 	// Resync: the store (re)started listening and may have missed
 	// notifications meanwhile, so this one wakes everything, up to the log's
 	// head as Sequence.
@@ -83,6 +87,12 @@ func (s *Services) Remote(w Wakeup) {
 	}
 	if w.Consumed || w.Resync {
 		s.ConsumedChanged.Notify()
+	}
+	if w.Shared || w.Resync {
+		select {
+		case s.sharedChanged <- struct{}{}:
+		default: // a read is due already, and sees this change
+		}
 	}
 	if w.Resigned {
 		s.Leader.Wake()

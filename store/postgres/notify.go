@@ -30,12 +30,17 @@ var _ app.Wakeups = (*DB)(nil)
 //     delivery attempts;
 //   - leaderChannel: the app's replica id, by a leader that resigned;
 //   - consumedChannel: "<writer>", by the leader's in-process consumers
-//     after they saved their cursors (AnnounceConsumed).
+//     after they saved their cursors (AnnounceConsumed);
+//   - sharedChannel: the table's name, by triggers (schema.sql, migration
+//     9) on every change of what replicas keep in memory: an integrator's
+//     record, a registry version, a token, a circuit. The writer's own are
+//     heard too: a read more, not a missed change.
 const (
 	eventsChannel   = "geohub_eventos"
 	attemptsChannel = "geohub_tentativas"
 	leaderChannel   = "geohub_lider"
 	consumedChannel = "geohub_consumidos"
+	sharedChannel   = "geohub_compartilhado"
 )
 
 // listenerName is the listening connection's application_name, apart from
@@ -195,7 +200,7 @@ func (db *DB) listenOnce(ctx context.Context, cfg *pgx.ConnConfig) (listened boo
 		defer cancel()
 		conn.Close(cctx)
 	}()
-	for _, ch := range []string{eventsChannel, attemptsChannel, leaderChannel, consumedChannel} {
+	for _, ch := range []string{eventsChannel, attemptsChannel, leaderChannel, consumedChannel, sharedChannel} {
 		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
 			return false, fmt.Errorf("listen %s: %w", ch, err)
 		}
@@ -244,6 +249,8 @@ func (n *notifier) decode(msg *pgconn.Notification) (app.Wakeup, bool) {
 			return app.Wakeup{}, false
 		}
 		return app.Wakeup{Consumed: true}, true
+	case sharedChannel:
+		return app.Wakeup{Shared: true}, true
 	}
 	return app.Wakeup{}, false
 }

@@ -227,3 +227,75 @@ func TestEveryReplicaSeesEveryEvent(t *testing.T) {
 		t.Fatalf("the follower's consumer handled %v", seqs)
 	}
 }
+
+// A change of what replicas keep in memory, made through one replica's
+// store, is told to the others at its commit (issue 27): each kind (a
+// registry version, a token, an integrator, a circuit) wakes them with
+// Shared, and an append does not.
+func TestSharedChangesWakeTheOtherReplicas(t *testing.T) {
+	t.Parallel()
+	url := freshDatabase(t)
+	a, b := open(t, url), open(t, url)
+	heard := make(chan app.Wakeup, 64)
+	b.OnRemote(func(w app.Wakeup) { heard <- w })
+	ctx := t.Context()
+	// Listening: its first wake-up is the resync after LISTEN.
+	for w := range heard {
+		if w.Resync {
+			break
+		}
+	}
+	expect := func(what string, change func() error) {
+		t.Helper()
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case w := <-heard:
+				if w.Shared {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: no Shared wake-up on the other replica", what)
+			}
+		}
+	}
+	expect("a registry version", func() error {
+		_, _, err := a.InsertTypeVersion(ctx, app.TypeVersion{Tipo: "teste:avisar", Versao: "1.0.0", Status: app.StatusAtivo,
+			Audiencia: app.AudienciaTodos, Schema: []byte(`{"type":"object"}`)}, nil)
+		return err
+	})
+	expect("a token revoked", func() error {
+		if err := a.InsertToken(ctx, app.Token{ID: "tok-1", Nome: "t", Papel: app.PapelLeitor, CriadoEm: time.Now()}, "hash-1", nil); err != nil {
+			return err
+		}
+		for len(heard) > 0 { // the insert's own
+			<-heard
+		}
+		return a.RevokeToken(ctx, "tok-1", time.Now(), nil)
+	})
+	expect("an integrator", func() error {
+		return a.InsertIntegrator(ctx, storetest.NewIntegrator("int-1", time.Now()), []byte("s"), "h", nil)
+	})
+	expect("a circuit", func() error {
+		return a.SaveCircuits(ctx, []app.StoredCircuit{{Integrador: "int-1", Aberto: true, Desde: time.Now(),
+			Ate: time.Now().Add(time.Minute), Cooldown: time.Minute, Falhas: 5, Origem: "a"}})
+	})
+	for settled := false; !settled; { // what the changes above still had on the way
+		select {
+		case <-heard:
+		case <-time.After(300 * time.Millisecond):
+			settled = true
+		}
+	}
+	storetest.Enqueue(t, a, "a:b", "x:1", "int-1")
+	select {
+	case w := <-heard:
+		if w.Shared {
+			t.Fatalf("an append woke the other replica with Shared: %+v", w)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
+}

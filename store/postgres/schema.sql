@@ -450,3 +450,26 @@ WHERE (resposta <> '' OR resposta_selada IS NOT NULL)
 -- renewal counts only while the row is still leased by the claim that
 -- sent it, not by a later one of the same or another replica.
 ALTER TABLE outbox ADD COLUMN lease_token BIGINT;
+
+-- migration: 9
+
+-- Replicas hear at once of one another's changes to what each keeps in
+-- memory (issue 27): an integrator's record (what moves the cadastro's
+-- version), a registry version, a token, a circuit. The notification goes
+-- at COMMIT, once per transaction and table; each replica reads the state
+-- again. The one-second polls stay, for a listener that lost its
+-- connection.
+CREATE FUNCTION compartilhado_mudou() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('geohub_compartilhado', TG_TABLE_NAME);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER integrator_compartilhado AFTER INSERT OR DELETE OR UPDATE OF atualizado_em ON integrator
+    FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
+CREATE TRIGGER registry_compartilhado AFTER INSERT OR UPDATE OR DELETE ON registry
+    FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
+CREATE TRIGGER api_token_compartilhado AFTER INSERT OR UPDATE OR DELETE ON api_token
+    FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
+CREATE TRIGGER circuito_compartilhado AFTER INSERT OR UPDATE OR DELETE ON circuito
+    FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
