@@ -155,6 +155,18 @@ type Pending struct {
 	Expect []Expectation
 }
 
+// RoutedAt is the oldest cadastro version some event of batch was routed
+// by (Pending.Cadastro), and whether any was: a store that holds a later
+// version refuses the batch with ErrStaleCadastro.
+func RoutedAt(batch []Pending) (oldest int64, routed bool) {
+	for _, p := range batch {
+		if p.Cadastro != nil && (!routed || *p.Cadastro < oldest) {
+			oldest, routed = *p.Cadastro, true
+		}
+	}
+	return oldest, routed
+}
+
 // Expectation is an aggregate as a command read it: Ultima is the
 // sequence_number of its last event then, 0 for none.
 type Expectation struct {

@@ -9,20 +9,26 @@ import (
 	"geohub/store/storetest"
 )
 
+// twoRegistries are two replicas' registries on one database.
+func twoRegistries(t *testing.T) (storetest.Store, *app.Registry, *app.Registry) {
+	t.Helper()
+	db := storetest.Open(t, time.Now)
+	var regs [2]*app.Registry
+	for i := range regs {
+		var err error
+		if regs[i], err = app.NewRegistry(t.Context(), db, time.Now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, regs[0], regs[1]
+}
+
 // Two registries on one database, as two replicas have (issue 27, B1): a
 // version the other stored first is taken as stored, not left unknown
 // until a restart, and what one registers or descontinues, the other
 // adopts at its next Refresh (Follow runs it every SharedRefresh).
 func TestRegistriesOnOneDatabaseAgree(t *testing.T) {
-	db := storetest.Open(t, time.Now)
-	a, err := app.NewRegistry(t.Context(), db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := app.NewRegistry(t.Context(), db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, a, b := twoRegistries(t)
 	status := func(r *app.Registry, key string) string {
 		for _, tv := range r.List() {
 			if tv.Tipo+"@"+tv.Versao == key {
@@ -89,15 +95,7 @@ func TestRevokedTokenStopsOnEveryReplicaWithinASecond(t *testing.T) {
 // B has not refreshed yet (read-through on a miss, issue 27): the
 // notification of the registration may come after the publish.
 func TestAVersionRegisteredElsewhereIsReadThroughOnAMiss(t *testing.T) {
-	db := storetest.Open(t, time.Now)
-	a, err := app.NewRegistry(t.Context(), db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := app.NewRegistry(t.Context(), db, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, a, b := twoRegistries(t)
 	if _, _, err := a.Register(t.Context(), app.TypeVersion{Tipo: "teste:leitura", Versao: "1.0.0", Audiencia: app.AudienciaTodos,
 		Schema: []byte(`{"type":"object"}`), Redacao: redact.Rules{Manter: []string{""}}}); err != nil {
 		t.Fatal(err)

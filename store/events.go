@@ -124,18 +124,17 @@ func (tx *wtx) checkExpected(batch []app.Pending) error {
 // holds the cadastro, so only a change committed while the batch was
 // prepared makes it stale.
 func (tx *wtx) checkCadastro(batch []app.Pending) error {
-	for _, p := range batch {
-		if p.Cadastro == nil {
-			continue
+	oldest, routed := app.RoutedAt(batch)
+	if !routed {
+		return nil
+	}
+	if tx.cadastro < 0 {
+		if err := tx.QueryRow(`SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&tx.cadastro); err != nil {
+			return fmt.Errorf("read cadastro version: %w", err)
 		}
-		if tx.cadastro < 0 {
-			if err := tx.QueryRow(`SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&tx.cadastro); err != nil {
-				return fmt.Errorf("read cadastro version: %w", err)
-			}
-		}
-		if *p.Cadastro < tx.cadastro {
-			return app.ErrStaleCadastro
-		}
+	}
+	if oldest < tx.cadastro {
+		return app.ErrStaleCadastro
 	}
 	return nil
 }

@@ -22,12 +22,7 @@ func TestAReceiverBackAfterFourSecondsGetsItsBacklogWithinThree(t *testing.T) {
 	if !srv.alive() {
 		t.Fatalf("geohub did not start:\n%s", srv.out)
 	}
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", data)
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	token := lastLine(out)
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
 	client := &http.Client{Timeout: 10 * time.Second}
 	var down atomic.Bool
 	var mu sync.Mutex

@@ -87,12 +87,7 @@ func TestThreeReplicasLoseNothingWhenOneIsKilledMidDelivery(t *testing.T) {
 	)
 	rs := newReplicaSet(t, 1, "--insecure-callbacks")
 	first := rs.nodes[0]
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	token := lastLine(out)
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
 	client := &http.Client{Timeout: 15 * time.Second}
 	healthy, flaky := newCAD(), newCAD()
 	flaky.flaky.Store(true)
@@ -268,12 +263,7 @@ func TestAFrozenReplicaCostsTheOthersAtMostTwoSeconds(t *testing.T) {
 		maxGap     = 3 * time.Second
 	)
 	rs := newReplicaSet(t, 3, "--insecure-callbacks")
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	token := lastLine(out)
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
 	client := &http.Client{Timeout: 30 * time.Second}
 	receiver := newCAD()
 	cadSrv := httptest.NewServer(receiver)
@@ -417,12 +407,8 @@ type replicaLoad struct {
 func startReplicaLoad(t *testing.T, aggregates int, delay time.Duration) *replicaLoad {
 	t.Helper()
 	rs := newReplicaSet(t, 3, "--insecure-callbacks")
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	l := &replicaLoad{rs: rs, token: lastLine(out), receiver: newArrivals(delay), stop: make(chan struct{})}
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
+	l := &replicaLoad{rs: rs, token: token, receiver: newArrivals(delay), stop: make(chan struct{})}
 	srv := httptest.NewServer(l.receiver)
 	t.Cleanup(srv.Close)
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -591,12 +577,7 @@ func TestThreeReplicasStartedTogetherAgreeWithinASecond(t *testing.T) {
 	rs := newReplicaSet(t, 0)
 	rs.startTogether(3)
 	a, b, c := rs.nodes[0], rs.nodes[1], rs.nodes[2]
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	admin := lastLine(out)
+	admin := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
 	client := &http.Client{Timeout: 10 * time.Second}
 
 	builtins, err := app.BuiltinTypes()
@@ -654,18 +635,13 @@ func TestThreeReplicasStartedTogetherAgreeWithinASecond(t *testing.T) {
 	}
 	until("a version descontinued on B is refused on A", func() bool { return publish(a, admin) == http.StatusUnprocessableEntity })
 
-	out, err = cli(t, nil, bin, "token", "create", "--papel", "produtor", "--data", rs.dirs[2])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
+	out := runCLI(t, "token", "create", "--papel", "produtor", "--data", rs.dirs[2])
 	producer := lastLine(out)
 	id := strings.Fields(strings.TrimPrefix(out[strings.Index(out, "token "):], "token "))[0]
 	if st := publish(a, producer); st != http.StatusUnprocessableEntity { // authenticated: refused for the type only
 		t.Fatalf("the new token on A: %d", st)
 	}
-	if out, err := cli(t, nil, bin, "token", "revoke", "--id", id, "--data", rs.dirs[2]); err != nil {
-		t.Fatalf("token revoke: %v %s", err, out)
-	}
+	runCLI(t, "token", "revoke", "--id", id, "--data", rs.dirs[2])
 	until("a token revoked through C is refused on A", func() bool { return publish(a, producer) == http.StatusUnauthorized })
 }
 
@@ -681,12 +657,7 @@ func TestThreeReplicasDeliverABurstWithinTenSecondsOfTheLastPublish(t *testing.T
 		publishers = 12
 	)
 	rs := newReplicaSet(t, 3, "--insecure-callbacks")
-	bin, _ := plainBinary()
-	out, err := cli(t, nil, bin, "token", "create", "--papel", "admin", "--data", rs.dirs[0])
-	if err != nil {
-		t.Fatalf("token create: %v %s", err, out)
-	}
-	token := lastLine(out)
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
 	client := &http.Client{Timeout: 10 * time.Second}
 	receiver := newCAD()
 	srv := httptest.NewServer(receiver)
