@@ -44,17 +44,23 @@ const DefaultDeadLetterRetention = 30 * 24 * time.Hour
 // one in flight per integrator and aggregate, in sequence order: the claim
 // keeps that), posts them through its Sender, and hands the outcomes back to
 // the store in batches. It is woken right after a commit that enqueued
-// deliveries and sweeps every 15 s for anything missed (retries coming due,
-// expired leases). The attempt's outcome is decide's; the circuit breaker
-// is the integrator's (breaker.go).
+// deliveries and sweeps every 15 s for anything missed (retries coming due);
+// it renews its leases, and reaps any worker's that ended, every quarter of
+// a lease. The attempt's outcome is decide's; the circuit breaker is the
+// integrator's (breaker.go).
 type Dispatcher struct {
 	Store       OutboxStore
 	Integrators *Integrators
 	Policy      callback.Policy
 	Now         func() time.Time
-	Logger      *slog.Logger
-	Metrics     *Metrics
-	Version     string
+	// Monotonic is the clock leases are kept by here; default time.Now,
+	// whose monotonic reading no step of the wall clock moves (Now may be
+	// the database's clock, re-measured against the wall clock). Tests
+	// that pause time give their own.
+	Monotonic func() time.Time
+	Logger    *slog.Logger
+	Metrics   *Metrics
+	Version   string
 
 	Timeout time.Duration // one attempt's limit; default 5 s
 	Worker  string        // lease owner id; default a fresh UUID
@@ -104,6 +110,9 @@ func (d *Dispatcher) init() {
 		d.wake = make(chan struct{}, 1)
 		if d.Worker == "" {
 			d.Worker = uuid.NewString()
+		}
+		if d.Monotonic == nil {
+			d.Monotonic = time.Now
 		}
 		if d.Lease == 0 {
 			d.Lease = ReplicaLease
@@ -217,8 +226,8 @@ type heldRow struct {
 }
 
 // lease is a held row's lease as this worker knows it: its end by this
-// process's clock (monotonic, so a pause or a clock step cannot stretch
-// it), moved by each renewal that kept the row. The database's lease ends
+// process's monotonic clock (Dispatcher.Monotonic: a pause or a clock
+// step cannot stretch it), moved by each renewal that kept the row. The database's lease ends
 // no earlier: it is given and renewed after this end was read. Past this
 // end the row may be another worker's, so nothing is sent, and no failure
 // counted, on the strength of it (issue 27, B4).
@@ -233,7 +242,7 @@ func newLease(token int64, end time.Time) *lease {
 	return l
 }
 
-// End is when the lease runs out by this process's clock.
+// End is when the lease runs out by Dispatcher.Monotonic.
 func (l *lease) End() time.Time { return *l.end.Load() }
 
 // cancelAtEnd calls cancel when the lease runs out, following renewals;
@@ -241,23 +250,33 @@ func (l *lease) End() time.Time { return *l.end.Load() }
 func (l *lease) cancelAtEnd(now func() time.Time, cancel func()) (stop func()) {
 	var mu sync.Mutex
 	var t *time.Timer
+	stopped := false
 	mu.Lock()
 	defer mu.Unlock()
 	t = time.AfterFunc(l.End().Sub(now()), func() {
 		mu.Lock()
 		defer mu.Unlock()
+		if stopped {
+			return
+		}
 		if left := l.End().Sub(now()); left > 0 {
 			t.Reset(left)
 			return
 		}
 		cancel()
 	})
-	return func() { t.Stop() }
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // renewal is what a background RenewDeliveries hands back to Run.
 type renewal struct {
-	at     time.Time // read before the renewal was sent
+	at     time.Time // Now, read before the renewal was sent
+	from   time.Time // Monotonic, read before it too: the renewed leases end Lease later
 	leased []Leased
 	err    error
 }
@@ -292,7 +311,8 @@ func (st *dispatch) roundDue(maxInFlight int, live bool) bool {
 // round is what a background FinishDeliveries hands back to Run.
 type round struct {
 	batch   []DeliveryResult
-	at      time.Time // the claim's now: its leases end Lease later
+	at      time.Time // the claim's now (Now): what is due
+	from    time.Time // Monotonic before the claim: its leases end Lease later
 	asked   int
 	claimed []Delivery
 	failing map[string]time.Time
@@ -401,7 +421,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // the wire keep theirs until they land.
 func (d *Dispatcher) renew(ctx context.Context, live bool, out chan<- renewal) {
 	go func() {
-		r := renewal{at: d.Now()}
+		r := renewal{from: d.Monotonic(), at: d.Now()}
 		r.leased, r.err = d.Store.RenewDeliveries(ctx, d.Worker, r.at, d.Lease)
 		if live {
 			if n, err := d.Store.ReapDeliveries(ctx, r.at, MaxQuedas); err != nil {
@@ -422,9 +442,9 @@ func (d *Dispatcher) renewed(st *dispatch, r renewal) {
 		d.Logger.Warn("renew leases", "err", r.err)
 		return
 	}
-	end := r.at.Add(d.Lease)
+	end := r.from.Add(d.Lease)
 	for _, k := range r.leased {
-		if l := st.leases[k.ID]; l != nil && l.token == k.Token && r.at.Before(l.End()) && end.After(l.End()) {
+		if l := st.leases[k.ID]; l != nil && l.token == k.Token && r.from.Before(l.End()) && end.After(l.End()) {
 			l.end.Store(&end)
 		}
 	}
@@ -481,7 +501,7 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 		for n < len(held) && st.inFlight[id] < limit && st.total < d.MaxInFlight {
 			h := held[n]
 			n++
-			if now.Add(d.Lease/2).After(h.lease.End()) || st.sending[h.ID] {
+			if d.Monotonic().Add(d.Lease/2).After(h.lease.End()) || st.sending[h.ID] {
 				// Renewals keep a lease at least three quarters long: one
 				// this short missed them (the database is slow or out of
 				// reach, or this process was paused), and its attempt
@@ -494,6 +514,7 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 			st.inFlight[id]++
 			st.total++
 			st.sending[h.ID] = true
+			st.leases[h.ID] = h.lease // renewed while on the wire (claimed while an earlier claim's attempt was)
 			go func() { results <- d.deliver(ctx, h.Delivery, h.lease) }()
 		}
 		st.nQueued -= n
@@ -524,7 +545,7 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 	go func() {
 		saved := d.saveCircuits(ctx) // beside the round: the writer usually commits both at once
 		defer saved()
-		rec := round{batch: batch, at: d.Now(), asked: asked}
+		rec := round{batch: batch, from: d.Monotonic(), at: d.Now(), asked: asked}
 		if held != nil {
 			n, err := d.Store.ReconcileDeliveries(ctx, d.Worker, held)
 			if err != nil {
@@ -593,7 +614,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		d.Signals.Claimed.raise(rec.claimed)
 	}
 	for _, del := range rec.claimed {
-		l := newLease(del.Token, rec.at.Add(d.Lease))
+		l := newLease(del.Token, rec.from.Add(d.Lease))
 		st.queued[del.Integrador] = append(st.queued[del.Integrador], heldRow{del, l})
 		st.nQueued++
 		if !st.sending[del.ID] {
@@ -802,7 +823,7 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery, l *lease) Delive
 	// the row may be another worker's from then on.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer l.cancelAtEnd(d.Now, cancel)()
+	defer l.cancelAtEnd(d.Monotonic, cancel)()
 	start := d.Now()
 	// The attempt's number counts every attempt the row had, across resends;
 	// its budget counts from the last resend.
@@ -824,7 +845,7 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery, l *lease) Delive
 	if r.Err != nil {
 		res.Attempt.Erro = r.Err.Error()
 	}
-	if !r.Succeeded() && end.After(l.End()) {
+	if !r.Succeeded() && d.Monotonic().After(l.End()) {
 		// The lease ran out during the attempt, by this process's own
 		// (monotonic) clock: it was paused (SIGSTOP, a VM pause) or starved,
 		// and a failure now says more of the pause than of the receiver (a

@@ -179,6 +179,13 @@ func (s *Integrators) Load(ctx context.Context) error {
 	// snapshot back. One of the same version may hold less than the other,
 	// but then a later change moved the version, and the next check loads
 	// again.
+	if v > s.version {
+		// A secret rotated elsewhere: sign with the new one from now on,
+		// whichever read of the moved version comes first (a publish's
+		// reroute, a notification, the poll).
+		clear(s.secrets)
+		s.rotations++
+	}
 	if v >= s.version {
 		s.all, s.version = all, v
 	}
@@ -227,11 +234,6 @@ func (s *Integrators) refresh(ctx context.Context) error {
 		if err := s.Load(ctx); err != nil {
 			return err
 		}
-		// A secret rotated elsewhere: sign with the new one from now on.
-		s.mu.Lock()
-		clear(s.secrets)
-		s.rotations++
-		s.mu.Unlock()
 	}
 	return s.syncCircuits(ctx)
 }

@@ -46,7 +46,7 @@ func (p *Publisher) Publish(ctx context.Context, req PublishRequest) (ev Event, 
 			continue
 		}
 		if err != nil {
-			return Event{}, false, err
+			return Event{}, false, unrouted(err)
 		}
 		break
 	}
@@ -98,6 +98,16 @@ func (p *Publisher) rerouted(ctx context.Context, err error, try int) bool {
 	return p.Integrators.Load(ctx) == nil
 }
 
+// unrouted is the answer to a publish still refused for an older cadastro
+// after its tries: a 503, which the client retries with the same event_id.
+func unrouted(err error) error {
+	if errors.Is(err, ErrStaleCadastro) {
+		return &Error{Code: EUnavailable, Err: err,
+			Message: "o cadastro de integradores mudou durante a publicação; envie de novo com o mesmo event_id"}
+	}
+	return err
+}
+
 func (p *Publisher) prepareAll(reqs []PublishRequest) ([]Pending, error) {
 	batch := make([]Pending, len(reqs))
 	for i, req := range reqs {
@@ -139,7 +149,7 @@ func (p *Publisher) publishBatch(ctx context.Context, reqs []PublishRequest, dec
 		if p.rerouted(ctx, err, try) {
 			continue
 		}
-		return stored, err
+		return stored, unrouted(err)
 	}
 }
 

@@ -97,10 +97,14 @@ type Registry struct {
 	store RegistryStore
 	now   func() time.Time
 
-	writeMu  sync.Mutex // serialises changes
-	mu       sync.RWMutex
-	versions map[string]*compiled // key tipo + "@" + versao
-	builtin  map[string]bool      // versions the built-in plugins publish: never deprecated
+	writeMu sync.Mutex // serialises changes
+	// refreshMu makes Refreshes take turns (the poll, a notification, a
+	// lookup's read-through): one that read the store earlier must not
+	// apply its older statuses after a later one applied newer.
+	refreshMu sync.Mutex
+	mu        sync.RWMutex
+	versions  map[string]*compiled // key tipo + "@" + versao
+	builtin   map[string]bool      // versions the built-in plugins publish: never deprecated
 	// missRead is when a lookup last read the store for a version this
 	// process did not know (unix nanoseconds; see lookup).
 	missRead atomic.Int64
@@ -242,6 +246,8 @@ func (r *Registry) Follow(ctx context.Context, interval time.Duration, failed fu
 // Refresh adopts the versions stored by another process and the status
 // another gave them: the registry is the database's, this is its copy.
 func (r *Registry) Refresh(ctx context.Context) error {
+	r.refreshMu.Lock()
+	defer r.refreshMu.Unlock()
 	all, err := r.store.TypeVersions(ctx)
 	if err != nil {
 		return fmt.Errorf("refresh registry: %w", err)

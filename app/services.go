@@ -126,6 +126,7 @@ type Services struct {
 	// sharedChanged asks for the shared state to be read again now
 	// (Wakeup.Shared): the registry, the cadastro and circuits, the tokens.
 	sharedChanged chan struct{}
+	sharedDone    chan struct{}
 }
 
 // New builds the services on d.Store and loads what they cache (the
@@ -133,8 +134,12 @@ type Services struct {
 // consumers, then call Start. New also makes the store call Committed after
 // every commit.
 func New(ctx context.Context, d Deps) (*Services, error) {
+	// Leases are kept by the process's monotonic clock, or by the tests'
+	// own when they give one; every date by the database's when the store
+	// has one (replicas), else by the process's.
+	leaseClock := d.Now
 	if d.Now == nil {
-		d.Now = time.Now
+		leaseClock, d.Now = time.Now, time.Now
 		if c, ok := d.Store.(DatabaseClock); ok {
 			d.Now = c.Clock
 		}
@@ -196,7 +201,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 		s.Consumers.Announcer = a
 	}
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
-		Now: d.Now, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
+		Now: d.Now, Monotonic: leaseClock, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
 		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
 	s.Deliveries = &Deliveries{Store: db, Slots: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
@@ -288,7 +293,11 @@ func (s *Services) Start(ctx context.Context) error {
 		defer close(s.registryDone)
 		s.Registry.Follow(runCtx, SharedRefresh, func(err error) { s.Logger.Warn("registry not refreshed", "err", err) })
 	}()
-	go s.followShared(runCtx)
+	s.sharedDone = make(chan struct{})
+	go func() {
+		defer close(s.sharedDone)
+		s.followShared(runCtx)
+	}()
 	return nil
 }
 
@@ -331,6 +340,7 @@ func (s *Services) Stop() {
 		}
 		if s.registryDone != nil {
 			<-s.registryDone
+			<-s.sharedDone
 		}
 		if s.dispatched != nil {
 			<-s.dispatched

@@ -14,8 +14,7 @@ import (
 
 // The state a process used to keep in memory (app.SharedStore), on SQLite:
 // migration 13's tables, written by the one writer, which serialises every
-// check-and-count. One process owns a data directory, so the command lock
-// is a lock of this process: the CLI's subcommands never run commands.
+// check-and-count.
 
 var _ app.SharedStore = (*DB)(nil)
 

@@ -5,8 +5,10 @@
 //
 // The log is the plugin's state. The projection of an ocorrência is the
 // fold of the events of its aggregate (ocorrencia:<id>), read on demand
-// through the read pool: commands run one at a time (app.Commands), so the
-// state a command checks is exactly the state its events follow from. The
+// through the read pool: a command's events are stored only if no event
+// was appended to the ocorrência since it read it (app.Commands,
+// app.ReadAggregate), so the state a command checks is exactly the state
+// its events follow from. The
 // list, which needs filters and paging over every ocorrência, reads a read
 // model instead (readmodel.go): a copy of those folds kept by an in-process
 // consumer, which may lag the log by a moment but never decides anything.

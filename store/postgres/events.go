@@ -153,11 +153,16 @@ func (tx *wtx) checkCadastro(batch []app.Pending) error {
 //
 // A batch with a deciding event (app.Pending.Decides: a command's outcome)
 // inserts nothing when that event is stored: two replicas that both ran a
-// command (the second after the first's command lock was lost) store one
-// outcome and one set of domain events. The look-up that decides runs
-// under the event's key, which every append of it declares, so the second
-// batch looks only after the first committed; the command lock makes that
-// rare, this makes it harmless.
+// command (it was sent to both at once; no lock keeps commands apart)
+// store one outcome and one set of domain events. The look-up that decides
+// runs under the event's key, which every append of it declares, so the
+// second batch looks only after the first committed.
+//
+// A batch with expectations (app.Pending.Expect: what a command read)
+// inserts nothing, and fails with app.ErrAggregateMoved, when one of those
+// aggregates has an event past what the command read. Every append takes
+// its aggregate's key, so none is appended between the check and the
+// commit.
 func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, error) {
 	out := make([]app.Stored, len(batch))
 	var keys []lockKey

@@ -15,7 +15,7 @@ import (
 // The state one process used to keep in memory (app.SharedStore), shared
 // by every replica through migration 2's tables.
 //
-// The login limits, the reprocess limit and the command lock run in short
+// The login limits and the reprocess limit run in short
 // transactions of their own on the pool, not in the writer's group
 // transaction: they take locks that other replicas wait on, and a lock
 // taken inside a group transaction is held until the whole batch commits,

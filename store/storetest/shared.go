@@ -28,7 +28,7 @@ type SharedUnderTest struct {
 
 // SharedConformance checks, on a backend, the contracts of the state that
 // one process used to keep in memory: login limits, the reprocess limit,
-// the command lock, the circuits and the cadastro's version.
+// the circuits and the cadastro's version.
 func SharedConformance(t *testing.T, open func(t *testing.T) SharedUnderTest) {
 	fresh := func(t *testing.T) SharedUnderTest {
 		t.Helper()
