@@ -260,7 +260,7 @@ func TestAFrozenReplicaCostsTheOthersAtMostTwoSeconds(t *testing.T) {
 		freezes    = 3
 		frozen     = 4 * time.Second
 		perReplica = 4 // publishers on each replica
-		maxGap     = 3 * time.Second
+		maxGap     = 3500 * time.Millisecond // 2.0-2.1 s seen; 4.5 s before, with these 4 s freezes
 	)
 	rs := newReplicaSet(t, 3, "--insecure-callbacks")
 	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
