@@ -259,7 +259,7 @@ func TestAFrozenReplicaCostsTheOthersAtMostTwoSeconds(t *testing.T) {
 	const (
 		freezes    = 3
 		frozen     = 4 * time.Second
-		perReplica = 4 // publishers on each replica
+		perReplica = 4                       // publishers on each replica
 		maxGap     = 3500 * time.Millisecond // 2.0-2.1 s seen; 4.5 s before, with these 4 s freezes
 	)
 	rs := newReplicaSet(t, 3, "--insecure-callbacks")
