@@ -65,3 +65,53 @@ func TestACommandRunOnTwoReplicasAtOnceIsStoredOnce(t *testing.T) {
 		t.Fatalf("domain events stored: %+v, want A's one", evs)
 	}
 }
+
+// A command whose ocorrência gets a new event every time it is decided
+// (others keep changing it) is not stored on stale state: after its runs
+// it answers 503, having published nothing, and the same id runs again.
+func TestACommandWhoseAggregateKeepsMovingIsRefusedWithoutStoringAnything(t *testing.T) {
+	t.Parallel()
+	k := storetest.New(t, storetest.Options{BuiltinTypes: true})
+	for _, tv := range testTypes {
+		if _, _, err := k.Registry.Register(t.Context(), tv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := app.Command{Integrador: "cad-1", Solicitacao: uuid.NewString(), Metodo: "POST", Rota: "/api/teste",
+		Body: []byte(`{"n":1}`)}
+	runs := 0
+	_, err := k.Commands.Run(t.Context(), cmd, func(ctx context.Context) (app.Result, error) {
+		runs++
+		read := app.ReadAggregate(ctx, "teste:1")
+		evs, _, err := k.DB.Events(ctx, app.EventFilter{Agregado: "teste:1", Limite: 100})
+		if err != nil {
+			return app.Result{}, err
+		}
+		last := int64(0)
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Sequence
+		}
+		read(last)
+		// Another command changes the aggregate after this one read it.
+		if _, _, err := k.Publisher.Publish(ctx, app.PublishRequest{Tipo: "teste:b", Origem: "outro", Agregado: "teste:1",
+			Payload: json.RawMessage(`{}`)}); err != nil {
+			return app.Result{}, err
+		}
+		return app.Result{Status: 201, Body: map[string]int{"run": runs}, Events: []app.PublishRequest{
+			{Tipo: "teste:b", Origem: "t", Agregado: "teste:1", Payload: json.RawMessage(fmt.Sprintf(`{"run":%d}`, runs))}}}, nil
+	})
+	if app.ErrorCode(err) != app.EUnavailable || runs < 2 {
+		t.Fatalf("after %d runs: %v; want %s", runs, err, app.EUnavailable)
+	}
+	evs, _, err := k.DB.Events(t.Context(), app.EventFilter{CorrelacaoID: cmd.Solicitacao, Limite: 10})
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("the refused command stored %+v (%v)", evs, err)
+	}
+	// Left alone, the same id runs and is stored.
+	out, err := k.Commands.Run(t.Context(), cmd, func(ctx context.Context) (app.Result, error) {
+		return app.Result{Status: 201, Body: map[string]int{"n": 1}}, nil
+	})
+	if err != nil || out.Status != 201 || out.Repeat {
+		t.Fatalf("the same id once the ocorrência is still: %+v %v", out, err)
+	}
+}
