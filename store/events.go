@@ -17,7 +17,9 @@ import (
 // delivery paths run them thousands of times a second, and preparing a
 // statement costs more than running it.
 type writeStmts struct {
-	insertEvent, eventByID, claim                    *sql.Stmt
+	insertEvent, eventByID                           *sql.Stmt
+	claimWindow, claimWindowFull, claimHeads         *sql.Stmt
+	claimRows                                        *sql.Stmt
 	claimOwner, owner, nextSequence, insertOutbox    *sql.Stmt
 	insertCorpo                                      *sql.Stmt
 	finish, insertAttempt, clearFailing, markFailing *sql.Stmt
@@ -27,35 +29,66 @@ type writeStmts struct {
 const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
 	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
-// claimSQL leases one integrator's oldest due rows, keeping each aggregate
+// A claim leases one integrator's oldest due rows, keeping each aggregate
 // in order (SPEC 6.4): a row is taken only when no row of its (integrator,
 // aggregate) is processando, and no earlier row of it is pendente and either
-// due or still without its first attempt. So at most one row per aggregate
-// is in flight, rows go in sequence order, and a row whose attempt failed
-// (retry scheduled later) lets the next one go. Both checks seek the partial
-// indexes of live rows, so a long delivered history costs nothing.
+// due or still without its first attempt (claimable). So at most one row per
+// aggregate is in flight, rows go in sequence order, and a row whose attempt
+// failed (retry scheduled later) lets the next one go. Both checks seek the
+// partial indexes of live rows, so a long delivered history costs nothing.
 //
-// The candidates are a range seek on outbox_due_idx; an aggregate's rows
-// behind its head are skipped at one seek each. The limit is a subquery
-// because SQLite plans with a bare LIMIT parameter's value: each new value
-// would re-prepare the statement, a fifth of a claim's cost. One writer
-// runs every claim here, so the checks see every earlier claim. A
-// PostgreSQL backend keeps the same rule in its own dialect (no INDEXED BY,
-// $n placeholders, FOR UPDATE SKIP LOCKED) and must also serialise claims
-// per (integrator, aggregate), for instance by locking its outbox_sequence
-// row: under READ COMMITTED, two replicas whose statements started before
-// either committed could otherwise each take a different row of one
-// aggregate.
-const claimSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2, lease_token = ?6
-	WHERE id IN (SELECT o.id FROM outbox AS o INDEXED BY outbox_due_idx
-		WHERE o.integrador_id = ?3 AND o.status = 'pendente' AND o.proxima_tentativa <= ?4
-		AND NOT EXISTS (SELECT 1 FROM outbox AS f INDEXED BY outbox_inflight_idx
+// The candidates come from a window of the claimWindow oldest due rows
+// (claimWindowSQL), as on PostgreSQL (issue 27, B3): a backlog of a few
+// aggregates with many rows each made every claim check the whole backlog
+// for heads that were not there (4-12 ms a claim over 10,000 rows, inside
+// the one writer's transaction, which publishes wait for). When the window
+// is full and holds fewer heads than the quota, claimHeadsSQL finds the
+// rest by aggregate: one seek per aggregate with pending rows (a loose scan
+// of outbox_waiting_idx), not one per row. claimRowsSQL then leases the
+// candidates. One writer runs every claim here, so the checks see every
+// earlier claim; PostgreSQL's keeps the same rule across replicas with an
+// advisory lock per aggregate (store/postgres/outbox.go).
+//
+// The limits are subqueries because SQLite plans with a bare LIMIT
+// parameter's value: each new value would re-prepare the statement.
+const (
+	claimable = `NOT EXISTS (SELECT 1 FROM outbox AS f INDEXED BY outbox_inflight_idx
 			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando')
 		AND NOT EXISTS (SELECT 1 FROM outbox AS e INDEXED BY outbox_waiting_idx
 			WHERE e.integrador_id = o.integrador_id AND e.agregado = o.agregado AND e.status = 'pendente'
-			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= ?4 OR e.tentativas = e.tentativas_antes))
-		ORDER BY o.proxima_tentativa, o.id LIMIT (SELECT ?5))
-	RETURNING ` + deliveryColumns + `, ` + corpoColumn
+			AND e.sequencia < o.sequencia AND (e.proxima_tentativa <= ?2 OR e.tentativas = e.tentativas_antes))`
+	// The window's rows come in its order, and the look stops at the
+	// quota (?3): where every row is its aggregate's head, it reads no
+	// more than the quota.
+	claimWindowSQL = `SELECT o.id FROM (SELECT id, integrador_id, agregado, sequencia
+			FROM outbox INDEXED BY outbox_due_idx
+			WHERE integrador_id = ?1 AND status = 'pendente' AND proxima_tentativa <= ?2
+			ORDER BY proxima_tentativa, id LIMIT (SELECT ?4)) AS o
+		WHERE ` + claimable + ` LIMIT (SELECT ?3)`
+	claimWindowFullSQL = `SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_due_idx
+			WHERE integrador_id = ?1 AND status = 'pendente' AND proxima_tentativa <= ?2 LIMIT (SELECT ?3))`
+	claimHeadsSQL = `WITH RECURSIVE a(agregado) AS (
+			SELECT (SELECT min(agregado) FROM outbox INDEXED BY outbox_waiting_idx
+				WHERE integrador_id = ?1 AND status = 'pendente')
+			UNION ALL
+			SELECT (SELECT min(p.agregado) FROM outbox AS p INDEXED BY outbox_waiting_idx
+				WHERE p.integrador_id = ?1 AND p.status = 'pendente' AND p.agregado > a.agregado)
+			FROM a WHERE a.agregado IS NOT NULL)
+		SELECT o.id FROM a JOIN outbox AS o ON o.id = (SELECT x.id FROM outbox AS x INDEXED BY outbox_waiting_idx
+				WHERE x.integrador_id = ?1 AND x.agregado = a.agregado AND x.status = 'pendente'
+				AND (x.proxima_tentativa <= ?2 OR x.tentativas = x.tentativas_antes)
+				ORDER BY x.sequencia LIMIT 1)
+		WHERE o.proxima_tentativa <= ?2 AND NOT EXISTS (SELECT 1 FROM outbox AS f INDEXED BY outbox_inflight_idx
+			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando')
+		ORDER BY o.proxima_tentativa, o.id LIMIT (SELECT ?3)`
+	claimRowsSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2, lease_token = ?3
+		WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'pendente'
+		RETURNING ` + deliveryColumns + `, ` + corpoColumn
+)
+
+// claimWindow is how many of the oldest due rows the claim's first look
+// reads: enough to find a quota of heads where aggregates interleave.
+func claimWindow(n int) int { return max(4*n, 128) }
 
 const insertEventSQL = `INSERT INTO event_log (event_id, tipo, versao_schema,
 		timestamp, origem, correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em)
@@ -70,7 +103,10 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 	}{
 		{&s.insertEvent, "insert event", insertEventSQL},
 		{&s.eventByID, "event by id", `SELECT ` + eventColumns + ` FROM event_log WHERE event_id = ?`},
-		{&s.claim, "claim", claimSQL},
+		{&s.claimWindow, "claim window", claimWindowSQL},
+		{&s.claimWindowFull, "claim window full", claimWindowFullSQL},
+		{&s.claimHeads, "claim heads", claimHeadsSQL},
+		{&s.claimRows, "claim rows", claimRowsSQL},
 		{&s.claimOwner, "claim aggregate", claimOwnerSQL},
 		{&s.owner, "aggregate owner", ownerSQL},
 		{&s.nextSequence, "next sequence", nextSequenceSQL},
@@ -92,7 +128,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 func (s *writeStmts) close() {
-	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claim, s.claimOwner, s.owner, s.nextSequence,
+	for _, st := range []*sql.Stmt{s.insertEvent, s.eventByID, s.claimWindow, s.claimWindowFull, s.claimHeads, s.claimRows, s.claimOwner, s.owner, s.nextSequence,
 		s.insertOutbox, s.insertCorpo, s.finish, s.insertAttempt, s.clearFailing, s.markFailing, s.deferRow} {
 		if st != nil {
 			st.Close()

@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,28 +126,95 @@ func (db *DB) ClaimDeliveries(ctx context.Context, worker string, now time.Time,
 
 func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas []app.Quota) ([]app.Delivery, error) {
 	var out []app.Delivery
-	claim := tx.stmt(tx.stmts.claim)
 	for _, q := range quotas {
 		if q.N <= 0 {
 			continue
 		}
-		rows, err := claim.Query(ms(now.Add(lease)), worker, q.Integrador, ms(now), q.N, newLeaseToken())
+		ids, err := tx.candidates(q, now)
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
+		if len(ids) == 0 {
+			continue
+		}
+		list, err := json.Marshal(ids)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.stmt(tx.stmts.claimRows).Query(ms(now.Add(lease)), worker, newLeaseToken(), string(list))
+		if err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		var got []app.Delivery
 		for rows.Next() {
 			d, err := scanDelivery(rows, true)
 			if err != nil {
 				rows.Close()
 				return nil, err
 			}
-			out = append(out, d)
+			got = append(got, d)
 		}
 		if err := rows.Close(); err != nil {
 			return nil, err
 		}
+		// RETURNING's order is the table's: put them back in the
+		// candidates' (oldest due first).
+		pos := make(map[int64]int, len(ids))
+		for i, id := range ids {
+			pos[id] = i
+		}
+		slices.SortFunc(got, func(a, b app.Delivery) int { return pos[a.ID] - pos[b.ID] })
+		out = append(out, got...)
 	}
 	return out, nil
+}
+
+// candidates are up to q.N rows of q's integrator the claim rule allows,
+// oldest due first: from the window of the oldest due rows, and, when that
+// window is full and short of heads, from each aggregate's first row.
+func (tx *wtx) candidates(q app.Quota, now time.Time) ([]int64, error) {
+	window := claimWindow(q.N)
+	rows, err := tx.stmt(tx.stmts.claimWindow).Query(q.Integrador, ms(now), q.N, window)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if len(ids) >= q.N {
+		return ids, nil
+	}
+	var due int
+	if err := tx.stmt(tx.stmts.claimWindowFull).QueryRow(q.Integrador, ms(now), window).Scan(&due); err != nil {
+		return nil, err
+	}
+	if due < window {
+		return ids, nil // every due row was looked at
+	}
+	rows, err = tx.stmt(tx.stmts.claimHeads).Query(q.Integrador, ms(now), q.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() && len(ids) < q.N {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, rows.Err()
 }
 
 // FinishDeliveries implements app.OutboxStore: one transaction for a batch

@@ -171,8 +171,10 @@ func TestQueryPlans(t *testing.T) {
 		{name: "SaveOcorrencia despachos (writer)", sql: `DELETE FROM ocorrencia_despacho WHERE ocorrencia_seq = ?`,
 			file: "ocorrencias.go", args: []any{int64(10)}},
 		// Writer statements (events.go).
-		{name: "ClaimDeliveries (writer)", sql: claimSQL, file: "-",
-			args: []any{ms(ts), "w", "int-1", ms(ts), 8, int64(7)}},
+		{name: "ClaimDeliveries window (writer)", sql: claimWindowSQL, file: "-", args: []any{"int-1", ms(ts), 32, 128}},
+		{name: "ClaimDeliveries window full (writer)", sql: claimWindowFullSQL, file: "-", args: []any{"int-1", ms(ts), 128}},
+		{name: "ClaimDeliveries heads (writer)", sql: claimHeadsSQL, file: "-", args: []any{"int-1", ms(ts), 32}},
+		{name: "ClaimDeliveries lease (writer)", sql: claimRowsSQL, file: "-", args: []any{ms(ts), "w", int64(7), "[1,2]"}},
 		{name: "RenewDeliveries (writer)", sql: renewSQL, file: "-", args: []any{ms(ts), "w", ms(ts)}},
 		{name: "PurgeDelivered bodies (writer)", sql: purgeBodiesSQL, file: "-", args: []any{ms(ts)}},
 		{name: "PurgeDelivered mark (writer)", sql: markPurgedSQL, file: "-", args: []any{ms(ts)}},
@@ -276,6 +278,12 @@ var planStep = regexp.MustCompile(`^(SCAN|SEARCH) (?:TABLE )?(\S+)(?: AS \S+)?(.
 // planProblems returns the steps not served by an index.
 func planProblems(steps []string, unfiltered bool) []string {
 	var out []string
+	produced := map[string]bool{} // co-routines: subqueries and CTEs of the statement
+	for _, s := range steps {
+		if name, ok := strings.CutPrefix(s, "CO-ROUTINE "); ok {
+			produced[name] = true
+		}
+	}
 	for _, s := range steps {
 		m := planStep.FindStringSubmatch(s)
 		if m == nil {
@@ -289,8 +297,10 @@ func planProblems(steps []string, unfiltered bool) []string {
 		case kind == "SEARCH" && indexed:
 		case m[2]+rest == "CONSTANT ROW":
 			// A scalar subquery without FROM, such as LIMIT (SELECT ?).
-		case kind == "SCAN" && strings.HasPrefix(m[2], "(subquery-"):
-			// The rows a subquery produced, which its own steps bound.
+		case kind == "SCAN" && (strings.HasPrefix(m[2], "(subquery-") || produced[m[2]]):
+			// The rows a subquery or CTE produced, which its own steps bound.
+		case kind == "SCAN" && m[2] == "json_each":
+			// The list of ids the statement was given.
 		case unfiltered:
 			// No filter: a walk in rowid or index order is the query, and
 			// max(sequence_number) is a bare SEARCH: one seek to the end of

@@ -417,6 +417,38 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 	})
 
+	// A backlog whose oldest rows all belong to one aggregate (a burst, or
+	// a CAD back from an outage): the claim still takes every aggregate's
+	// first row, however far behind the oldest rows it lies (issue 27: the
+	// claim reads a window of the oldest due rows, then looks by aggregate).
+	t.Run("a claim finds every aggregate's head behind a long backlog of one", func(t *testing.T) {
+		f := fixture(t, 0)
+		ctx := t.Context()
+		for _, agg := range []string{"lote:a", "lote:b", "lote:c"} {
+			n := 300
+			if agg != "lote:a" {
+				n = 2
+			}
+			for range n {
+				Enqueue(t, f.DB, "a:b", agg, f.id)
+			}
+		}
+		got, err := f.DB.ClaimDeliveries(ctx, "w", f.now.Add(time.Hour), time.Minute, quota(f.id, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads := map[string]int64{}
+		for _, d := range got {
+			heads[d.Agregado] = d.Sequencia
+		}
+		if len(got) != 3 || heads["lote:a"] != 1 || heads["lote:b"] != 1 || heads["lote:c"] != 1 {
+			t.Fatalf("claimed %d rows, heads %v; want each aggregate's sequence 1", len(got), heads)
+		}
+		if again, err := f.DB.ClaimDeliveries(ctx, "w", f.now.Add(time.Hour), time.Minute, quota(f.id, 10)); err != nil || len(again) != 0 {
+			t.Fatalf("a second claim with every head in flight: %d rows, %v", len(again), err)
+		}
+	})
+
 	// Issue 27, B4: a worker renews only its own leases that have not
 	// ended, and an outcome counts only for the claim that sent it: a
 	// worker that lost a lease and claimed the row again cannot finish or
