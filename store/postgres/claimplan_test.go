@@ -111,6 +111,18 @@ func TestClaimPlanHoldsAfterAnEmptyAnalyze(t *testing.T) {
 		if strings.Contains(heads, "Seq Scan on outbox") || strings.Contains(heads, "Rows Removed by Join Filter") {
 			t.Errorf("%s: the look by aggregate walks the pending rows:\n%s", cad, heads)
 		}
+		// A finish's look for due rows behind the finished ones starts from
+		// the finished rows, never from the backlog's due rows.
+		var finished []int64
+		if err := c.QueryRow(ctx, `SELECT array_agg(id) FROM (SELECT id FROM outbox WHERE integrador_id = $1
+			ORDER BY id LIMIT 32) AS f`, cad).Scan(&finished); err != nil {
+			t.Fatal(err)
+		}
+		behind := explain(postgres.WaitingBehindSQL, finished, later.UnixMilli())
+		t.Logf("%s: the look behind 32 finished rows:\n%s", cad, behind)
+		if strings.Contains(behind, "outbox_due_idx") || strings.Contains(behind, "Seq Scan on outbox") {
+			t.Errorf("%s: the look behind the finished rows walks the due rows:\n%s", cad, behind)
+		}
 		// Every aggregate's first row goes, however the backlog is laid out.
 		got, err := db.ClaimDeliveries(ctx, "w", later, time.Minute, []app.Quota{{Integrador: cad, N: 32}})
 		if err != nil {

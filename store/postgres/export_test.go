@@ -35,3 +35,6 @@ func WriterNoop(ctx context.Context, db *DB) error {
 func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time) (*DB, error) {
 	return open(ctx, url, Options{}, local)
 }
+
+// WaitingBehindSQL is a finish's look for rows behind the finished, for its plan.
+const WaitingBehindSQL = waitingBehindSQL
