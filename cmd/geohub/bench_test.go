@@ -69,6 +69,7 @@ type benchResult struct {
 	rate          float64 // operations per second
 	p50, p95, p99 float64 // milliseconds; 0 when not measured
 	cpuUS         float64 // process CPU microseconds per operation
+	pgUS          float64 // PostgreSQL's CPU microseconds per operation (BenchmarkReplicas)
 }
 
 func BenchmarkPublish(b *testing.B) {

@@ -81,8 +81,7 @@ func TestClaimPlanHoldsAfterAnEmptyAnalyze(t *testing.T) {
 		// The check of earlier pending rows looks the candidate's own
 		// aggregate up (an index condition on its agregado and sequencia),
 		// as a subplan per candidate, never a join that filters every
-		// pending row. (The in-flight check may read outbox_status_idx:
-		// processando rows are few, bounded by the in-flight limit.)
+		// pending row.
 		if strings.Contains(plan, "Seq Scan on outbox") || strings.Contains(plan, "Rows Removed by Join Filter") ||
 			!ownAggregate.MatchString(plan) {
 			t.Errorf("%s: the claim walks the pending rows:\n%s", cad, plan)

@@ -856,7 +856,8 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 // OutboxBacklog counts deliveries not yet finished (pendente or processando).
 func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
 	var n int64
-	err := db.read.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status IN ('pendente', 'processando')`).Scan(&n)
+	err := db.read.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE status = 'pendente')
+		+ (SELECT count(*) FROM outbox WHERE status = 'processando')`).Scan(&n)
 	return n, err
 }
 

@@ -45,6 +45,7 @@ func TestListQueriesHaveTheirIndexes(t *testing.T) {
 		"expired sessions":   {`DELETE FROM operator_session WHERE expira_em <= 1`, "operator_session_expira_idx"},
 		"operator sessions":  {`DELETE FROM operator_session WHERE operador_id = 'x' AND hash <> 'y'`, "operator_session_operador_idx"},
 		"token":              {`SELECT id FROM api_token WHERE hash = 'h' AND revogado_em IS NULL`, "api_token_hash_key"},
+		"gap repair by time": {`SELECT id FROM outbox WHERE integrador_id = 'x' AND criado_em >= 1 AND criado_em <= 9 AND status IN ('entregue', 'falhou')`, "outbox_assentadas_criado_idx"},
 		"events per minute":  {`SELECT timestamp / 60000, count(*) FROM event_log WHERE timestamp >= 1 AND timestamp < 9 GROUP BY 1 ORDER BY 1`, "event_log_timestamp_idx"},
 	} {
 		rows, err := c.Query(ctx, "EXPLAIN "+c1.q)

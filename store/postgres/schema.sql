@@ -473,3 +473,16 @@ CREATE TRIGGER api_token_compartilhado AFTER INSERT OR UPDATE OR DELETE ON api_t
     FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
 CREATE TRIGGER circuito_compartilhado AFTER INSERT OR UPDATE OR DELETE ON circuito
     FOR EACH STATEMENT EXECUTE FUNCTION compartilhado_mudou();
+
+-- migration: 10
+
+-- Every claim and every finish writes a new version of its outbox row
+-- (status is indexed, so no update is HOT), and each version goes into
+-- every index that covers it (issue 28). Two indexes covered every row
+-- for readers that need fewer: the counts by status now read the partial
+-- indexes of live rows and the primary key, and a gap repair by time reads
+-- only settled rows, which its index now holds alone. That also leaves
+-- the claim's searches of pending rows one index each to choose.
+DROP INDEX outbox_status_idx;
+DROP INDEX outbox_integrador_criado_idx;
+CREATE INDEX outbox_assentadas_criado_idx ON outbox (integrador_id, criado_em) WHERE status IN ('entregue', 'falhou');
