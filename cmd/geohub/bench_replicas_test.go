@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,31 +134,43 @@ func benchReplicaSummary(w io.Writer, med map[string]benchResult) {
 
 // benchPGCPU is the CPU time PostgreSQL's processes on this machine have
 // used: each live process's own, and its exited children's as their parent
-// (the postmaster) collected them. Zero when no server runs here.
+// (the postmaster) collected them. A process that exits between the
+// listing and the reading of its parent is counted in neither, so a
+// sample during which the processes changed is taken again. Zero when no
+// server runs here.
 func benchPGCPU() time.Duration {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var ticks int64
-	for _, f := range dirs {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			continue
+	list := func() []string {
+		f, _ := filepath.Glob("/proc/[0-9]*/stat")
+		return f
+	}
+	for range 10 {
+		files := list()
+		var ticks int64
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			s := string(raw)
+			open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+			if open < 0 || close < open || s[open+1:close] != "postgres" {
+				continue
+			}
+			// After the name: utime, stime, cutime, cstime are fields 14-17.
+			fields := strings.Fields(s[close+1:])
+			if len(fields) < 15 {
+				continue
+			}
+			for _, v := range fields[11:15] {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				ticks += n
+			}
 		}
-		s := string(raw)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open || s[open+1:close] != "postgres" {
-			continue
-		}
-		// After the name: state is field 3; utime, stime, cutime, cstime are 14-17.
-		fields := strings.Fields(s[close+1:])
-		if len(fields) < 15 {
-			continue
-		}
-		for _, v := range fields[11:15] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks += n
+		if slices.Equal(files, list()) {
+			return time.Duration(ticks) * (time.Second / 100) // USER_HZ
 		}
 	}
-	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+	return 0
 }
 
 // benchPG measures PostgreSQL's CPU over fn and sets it per operation on r.
@@ -372,17 +385,18 @@ func benchReplicaDrain(b *testing.B, n int, analyzed bool) benchResult {
 	}
 	benchFillOutbox(b, d, rc, b.N)
 	r := benchResult{n: b.N}
+	var stop func()
 	benchPG(b, &r, func() {
 		cpu0 := benchCPU()
 		b.StartTimer()
-		_, stop := benchReplicas(b, d, n)
+		_, stop = benchReplicas(b, d, n)
 		rc.wait(b, b.N)
 		b.StopTimer()
 		cpu := benchCPU() - cpu0
-		stop()
 		elapsed := rc.lastArrival().Sub(rc.firstArrival())
 		r.rate, r.cpuUS = float64(b.N-1)/elapsed.Seconds(), benchPerOpUS(cpu, b.N)
 	})
+	stop()
 	b.ReportMetric(r.rate, "deliveries/s")
 	b.ReportMetric(r.cpuUS, "cpu-us/op")
 	return r

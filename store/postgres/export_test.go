@@ -38,3 +38,9 @@ func OpenWithLocalClock(ctx context.Context, url string, local func() time.Time)
 
 // WaitingBehindSQL is a finish's look for rows behind the finished, for its plan.
 const WaitingBehindSQL = waitingBehindSQL
+
+// ClaimSQL is the claim's lease, for its plan.
+const ClaimSQL = claimSQL
+
+// WriterSettings are the writer's session settings, for plans as it sees them.
+var WriterSettings = writerSettings

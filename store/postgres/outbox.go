@@ -63,7 +63,10 @@ func scanDelivery(row pgx.Row, withBody bool) (app.Delivery, error) {
 // first attempt (since its last resend). $2 is now. Both checks are seeks
 // in the partial indexes of live rows (outbox_inflight_idx,
 // outbox_waiting_idx), so a long delivered history costs nothing.
-const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
+const claimable = `o.status = 'pendente' AND ` + claimRule
+
+// claimRule is claimable but for the row's own status.
+const claimRule = `o.proxima_tentativa <= $2
 		AND NOT EXISTS (SELECT 1 FROM outbox AS f
 			WHERE f.integrador_id = o.integrador_id AND f.agregado = o.agregado AND f.status = 'processando' OFFSET 0)
 		AND NOT EXISTS (SELECT 1 FROM outbox AS e
@@ -103,6 +106,13 @@ const claimable = `o.status = 'pendente' AND o.proxima_tentativa <= $2
 //     changes no key, and FOR UPDATE would block the foreign-key checks
 //     (FOR KEY SHARE) of other replicas' inserts that reference the row,
 //     the attempts recorded under attempt_head's lock.
+//
+// The lease reads its candidates by id alone: its check of their status
+// is written so that no partial index of pending rows matches it (an
+// expression, not the column). Otherwise a planner that believes the
+// pending rows few (an outbox analyzed while empty) reads one of those
+// indexes whole beside the primary key: 1.5 ms a lease over 20,000
+// pending rows, 35 ms with bitmaps priced out, growing with the backlog.
 //
 // Only claims turn a row processando, and every claim of an aggregate
 // holds its lock from before its check until its commit: no two claims of
@@ -173,7 +183,7 @@ const (
 			tentativas = greatest(tentativas,
 				(SELECT coalesce(max(tentativa), 0) FROM delivery_attempt WHERE outbox_id = outbox.id))
 		WHERE id IN (SELECT o.id FROM outbox AS o
-			WHERE o.id = ANY($1) AND ` + claimable + `
+			WHERE o.id = ANY($1) AND o.status || '' = 'pendente' AND ` + claimRule + `
 			FOR NO KEY UPDATE OF o SKIP LOCKED)
 		RETURNING ` + deliveryColumns + `, ` + corpoColumn
 )
