@@ -281,25 +281,46 @@ func (tx *wtx) candidates(q app.Quota, now time.Time) ([]int64, error) {
 // the database's is one.
 const dbNowMS = `(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 
-// The outcome statements lock their row with SKIP LOCKED: the only other
-// writer of a processando row is the reaper taking back a lease that
-// expired, and then the outcome is the lost lease's, left alone as when
-// the reaper has committed (the attempt is still recorded).
+// The outcomes of a batch are two statements, whatever its size (River's
+// batch completer): one finishes every attempted row, one puts every
+// deferred row back, each from arrays of the rows' new values. Each locks
+// its rows with SKIP LOCKED and only while still leased to the claim that
+// sent them (worker and lease token): the only other writer of a
+// processando row is the reaper taking back a lease that expired, and then
+// the outcome is the lost lease's, left alone as when the reaper has
+// committed (the attempt is still recorded). One statement a row cost
+// 0.095 ms of the server's time a row; most of it was the statement's own.
 const (
-	finishSQL = `UPDATE outbox SET status = $1, tentativas = tentativas + 1,
-				proxima_tentativa = $2, lease_ate = NULL, worker = NULL, lease_token = NULL, ultimo_status = $3,
-				ultimo_erro = $4, entregue_em = $5, falhou_em = $6 WHERE id = (SELECT id FROM outbox
-					WHERE id = $7 AND worker = $8 AND lease_token = $9 AND status = 'processando'
-					FOR NO KEY UPDATE SKIP LOCKED)`
-	deferSQL = `UPDATE outbox SET status = 'pendente', proxima_tentativa = $1, lease_ate = NULL, worker = NULL,
-				lease_token = NULL WHERE id = (SELECT id FROM outbox
-					WHERE id = $2 AND worker = $3 AND lease_token = $4 AND status = 'processando'
-					FOR NO KEY UPDATE SKIP LOCKED)`
+	finishSQL = `WITH r AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[],
+					$6::bigint[], $7::bigint[], $8::text[], $9::bigint[])
+				AS r(id, status, proxima, ultimo_status, ultimo_erro, entregue_em, falhou_em, worker, token)),
+			l AS (SELECT o.id FROM r JOIN outbox AS o ON o.id = r.id
+				WHERE o.worker = r.worker AND o.lease_token = r.token AND o.status || '' = 'processando'
+				FOR NO KEY UPDATE OF o SKIP LOCKED)
+			UPDATE outbox AS o SET status = r.status, tentativas = o.tentativas + 1, proxima_tentativa = r.proxima,
+				lease_ate = NULL, worker = NULL, lease_token = NULL, ultimo_status = r.ultimo_status::integer,
+				ultimo_erro = r.ultimo_erro, entregue_em = r.entregue_em, falhou_em = r.falhou_em
+			FROM r JOIN l ON l.id = r.id WHERE o.id = r.id`
+	deferSQL = `WITH r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[])
+				AS r(id, proxima, worker, token)),
+			l AS (SELECT o.id FROM r JOIN outbox AS o ON o.id = r.id
+				WHERE o.worker = r.worker AND o.lease_token = r.token AND o.status || '' = 'processando'
+				FOR NO KEY UPDATE OF o SKIP LOCKED)
+			UPDATE outbox AS o SET status = 'pendente', proxima_tentativa = r.proxima, lease_ate = NULL,
+				worker = NULL, lease_token = NULL
+			FROM r JOIN l ON l.id = r.id WHERE o.id = r.id`
 	// An attempt is recorded once, even when a finishing batch whose
 	// commit was not confirmed is sent again (delivery_attempt_entrega_key).
+	// A batch's attempts are one statement too, inserted in the batch's
+	// order.
 	insertAttemptSQL = `INSERT INTO delivery_attempt (outbox_id, entrega_id, tentativa, inicio,
-				duracao_ms, status_code, erro, resposta_selada) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-				ON CONFLICT (outbox_id, entrega_id) DO NOTHING`
+				duracao_ms, status_code, erro, resposta_selada)
+			SELECT outbox_id, entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta_selada
+			FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::integer[], $7::text[],
+				$8::bytea[]) WITH ORDINALITY
+				AS a(outbox_id, entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta_selada, n)
+			ORDER BY n
+			ON CONFLICT (outbox_id, entrega_id) DO NOTHING`
 	// failingSQL is one integrator's failing period after a batch: cleared
 	// ($2) means a success in it ended the period, which then restarts at
 	// the first failure after the last success ($3, NULL for none) and
@@ -349,24 +370,24 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 			keys = append(keys, key("integrator", r.Integrador))
 		}
 	}
+	var fin finishes
+	var def deferrals
+	for _, r := range results {
+		if r.Kind == app.ResultDeferred {
+			def.add(r)
+		} else {
+			fin.add(r)
+		}
+	}
 	main := func(tx *wtx) error {
 		clear(failing)
 		p := &pipe{}
-		for _, r := range results {
-			if r.Kind == app.ResultDeferred {
-				p.exec(deferSQL, ms(r.Proxima), r.ID, r.Worker, r.Token)
-				continue
-			}
-			var entregue, falhou any // when it was delivered, or dead-lettered
-			end := ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
-			switch r.Status {
-			case app.EntregaEntregue:
-				entregue = end
-			case app.EntregaFalhou:
-				falhou = end
-			}
-			p.exec(finishSQL, r.Status, ms(r.Proxima), statusCode(r.Attempt), r.UltimoErr,
-				entregue, falhou, r.ID, r.Worker, r.Token)
+		if len(fin.id) > 0 {
+			p.exec(finishSQL, fin.id, fin.status, fin.proxima, fin.ultimoStatus, fin.ultimoErro, fin.entregue,
+				fin.falhou, fin.worker, fin.token)
+		}
+		if len(def.id) > 0 {
+			p.exec(deferSQL, def.id, def.proxima, def.worker, def.token)
 		}
 		if _, err := p.send(tx); err != nil {
 			return fmt.Errorf("finish deliveries: %w", err)
@@ -445,22 +466,13 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 		return nil
 	}
 	late := func(tx *wtx, p *pipe) error {
-		for _, r := range results {
-			if r.Kind == app.ResultDeferred {
-				continue
-			}
-			a := r.Attempt
-			p.exec(insertAttemptSQL, r.ID, a.EntregaID, a.Tentativa, ms(a.Inicio), a.DuracaoMS, statusCode(a),
-				a.Erro, a.RespostaSelada)
-		}
+		p.exec(insertAttemptSQL, fin.id, fin.entregaID, fin.tentativa, fin.inicio, fin.duracao, fin.ultimoStatus,
+			fin.erro, fin.resposta)
 		return nil
 	}
 	o := &op{keys: keys, fn: main}
-	for _, r := range results {
-		if r.Kind != app.ResultDeferred {
-			o.late = late
-			break
-		}
+	if len(fin.id) > 0 {
+		o.late = late
 	}
 	if err := db.submit(ctx, o); err != nil {
 		return nil, nil, err // nothing of it was committed
@@ -468,11 +480,51 @@ func (db *DB) FinishDeliveries(ctx context.Context, results []app.DeliveryResult
 	return failing, claimed, nil
 }
 
-func statusCode(a app.Attempt) any {
-	if a.StatusCode != 0 {
-		return a.StatusCode
+// finishes are a batch's attempted rows as the arrays of finishSQL and
+// insertAttemptSQL.
+type finishes struct {
+	id, proxima, token         []int64
+	status, ultimoErro, worker []string
+	ultimoStatus               []*int64 // and the attempt's status_code
+	entregue, falhou           []*int64 // when it was delivered, or dead-lettered
+	// The attempts.
+	entregaID, erro []string
+	tentativa       []int32
+	inicio, duracao []int64
+	resposta        [][]byte
+}
+
+func (f *finishes) add(r app.DeliveryResult) {
+	end := ms(r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond))
+	var entregue, falhou, code *int64
+	switch r.Status {
+	case app.EntregaEntregue:
+		entregue = &end
+	case app.EntregaFalhou:
+		falhou = &end
 	}
-	return nil
+	if c := int64(r.Attempt.StatusCode); c != 0 {
+		code = &c
+	}
+	f.id, f.status, f.proxima = append(f.id, r.ID), append(f.status, r.Status), append(f.proxima, ms(r.Proxima))
+	f.ultimoStatus, f.ultimoErro = append(f.ultimoStatus, code), append(f.ultimoErro, r.UltimoErr)
+	f.entregue, f.falhou = append(f.entregue, entregue), append(f.falhou, falhou)
+	f.worker, f.token = append(f.worker, r.Worker), append(f.token, r.Token)
+	a := r.Attempt
+	f.entregaID, f.erro = append(f.entregaID, a.EntregaID), append(f.erro, a.Erro)
+	f.tentativa, f.inicio = append(f.tentativa, int32(a.Tentativa)), append(f.inicio, ms(a.Inicio))
+	f.duracao, f.resposta = append(f.duracao, a.DuracaoMS), append(f.resposta, a.RespostaSelada)
+}
+
+// deferrals are a batch's deferred rows as deferSQL's arrays.
+type deferrals struct {
+	id, proxima, token []int64
+	worker             []string
+}
+
+func (d *deferrals) add(r app.DeliveryResult) {
+	d.id, d.proxima = append(d.id, r.ID), append(d.proxima, ms(r.Proxima))
+	d.worker, d.token = append(d.worker, r.Worker), append(d.token, r.Token)
 }
 
 // RenewDeliveries implements app.OutboxStore, by the database's clock as
