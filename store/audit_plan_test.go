@@ -58,8 +58,8 @@ func TestAuditQueryPlans(t *testing.T) {
 	rec := &planRecorder{}
 	recorded := planRecordingPool(t, path, rec)
 	orig := db.read
-	db.read = recorded
-	t.Cleanup(func() { db.read = orig; recorded.Close() })
+	useRead(db, recorded)
+	t.Cleanup(func() { useRead(db, orig); recorded.Close() })
 	explain, err := sql.Open(DriverName, DSN(path, true))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"geohub"
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // DB is every store interface app owns: app.New builds the services on it.
@@ -30,8 +31,9 @@ const FileName = "geohub.db"
 
 // DB is an open Geohub database.
 type DB struct {
-	Path string
-	now  func() time.Time
+	*query.Reads // the queries both dialects share
+	Path         string
+	now          func() time.Time
 
 	write *sql.DB // exactly one connection, owned by the writer goroutine
 	read  *sql.DB
@@ -90,7 +92,7 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 	n := max(4, runtime.GOMAXPROCS(0)*2)
 	r.SetMaxOpenConns(n)
 	r.SetMaxIdleConns(n)
-	db := &DB{Path: path, now: opt.Now, write: w, read: r,
+	db := &DB{Reads: query.NewReads(conn{r}, sqliteDialect), Path: path, now: opt.Now, write: w, read: r,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := db.stmts.prepare(ctx, w); err != nil {
 		db.write.Close()

@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 	"time"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // writeStmts are prepared once on the writer's connection: the publish and
@@ -25,9 +24,6 @@ type writeStmts struct {
 	finish, insertAttempt, clearFailing, markFailing *sql.Stmt
 	deferRow                                         *sql.Stmt
 }
-
-const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
-	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
 // A claim leases one integrator's oldest due rows, keeping each aggregate
 // in order (SPEC 6.4): a row is taken only when no row of its (integrator,
@@ -102,7 +98,7 @@ func (s *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		sql  string
 	}{
 		{&s.insertEvent, "insert event", insertEventSQL},
-		{&s.eventByID, "event by id", `SELECT ` + eventColumns + ` FROM event_log WHERE event_id = ?`},
+		{&s.eventByID, "event by id", `SELECT ` + query.EventColumns + ` FROM event_log WHERE event_id = ?`},
 		{&s.claimWindow, "claim window", claimWindowSQL},
 		{&s.claimWindowFull, "claim window full", claimWindowFullSQL},
 		{&s.claimHeads, "claim heads", claimHeadsSQL},
@@ -192,7 +188,7 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 			if !p.Decides {
 				continue
 			}
-			ev, err := scanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(p.Event.EventID))
+			ev, err := query.ScanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(p.Event.EventID))
 			if err == nil {
 				out[i] = app.Stored{Event: ev}
 				return nil
@@ -251,7 +247,7 @@ func (tx *wtx) appendEvent(ev app.Event, full json.RawMessage, now time.Time) (a
 	} else if n == 0 {
 		// The event_id exists, also when an earlier operation of this very
 		// group transaction inserted it.
-		existing, err := scanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(ev.EventID))
+		existing, err := query.ScanEvent(tx.stmt(tx.stmts.eventByID).QueryRow(ev.EventID))
 		if err != nil {
 			return app.Event{}, false, fmt.Errorf("read duplicate event: %w", err)
 		}
@@ -264,171 +260,4 @@ func (tx *wtx) appendEvent(ev app.Event, full json.RawMessage, now time.Time) (a
 	ev.Timestamp = fromMS(ms(ev.Timestamp))
 	tx.appended = append(tx.appended, app.Appended{Event: ev, FullPayload: full})
 	return ev, true, nil
-}
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanEvent(row scanner) (app.Event, error) {
-	var ev app.Event
-	var ts, criado int64
-	var agregado, autoriaID, autoriaTipo, solicitacao sql.NullString
-	// Scanned into a byte slice: through a string, a MiB payload would be
-	// copied twice.
-	var payload []byte
-	err := row.Scan(&ev.Sequence, &ev.EventID, &ev.Tipo, &ev.VersaoSchema, &ts, &ev.Origem,
-		&ev.CorrelacaoID, &agregado, &autoriaID, &autoriaTipo, &solicitacao, &payload, &criado)
-	if errors.Is(err, sql.ErrNoRows) {
-		return app.Event{}, app.ErrNotFound
-	}
-	if err != nil {
-		return app.Event{}, err
-	}
-	ev.Timestamp, ev.CriadoEm = fromMS(ts), fromMS(criado)
-	ev.Agregado, ev.Solicitacao = agregado.String, solicitacao.String
-	if autoriaID.Valid {
-		ev.Autoria = &app.Autoria{ID: autoriaID.String, Tipo: autoriaTipo.String}
-	}
-	ev.Payload = payload
-	return ev, nil
-}
-
-// Event implements app.EventLog.
-func (db *DB) Event(ctx context.Context, eventID string) (app.Event, error) {
-	return scanEvent(db.read.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ?`, eventID))
-}
-
-// Events implements app.EventLog: one page and the total matching count.
-func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, error) {
-	total, err := db.CountMatching(ctx, f)
-	if err != nil {
-		return nil, 0, err
-	}
-	out, _, err := db.EventChunk(ctx, f, 0)
-	return out, total, err
-}
-
-// eventWhere is the WHERE clause of f's filters, paging aside.
-func eventWhere(f app.EventFilter) (string, []any) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		where = append(where, cond)
-		args = append(args, v)
-	}
-	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
-		add("tipo >= ?", lo)
-		add("tipo < ?", hi)
-	} else if f.Tipo != "" {
-		add("tipo = ?", f.Tipo)
-	}
-	if f.Origem != "" {
-		add("origem = ?", f.Origem)
-	}
-	if f.CorrelacaoID != "" {
-		add("correlacao_id = ?", f.CorrelacaoID)
-	}
-	if f.Agregado != "" {
-		add("agregado = ?", f.Agregado)
-	}
-	// A time range binds both ends: with one bound and ORDER BY rowid the
-	// planner prefers walking the whole table to the timestamp index.
-	if !f.TimestampInicio.IsZero() || !f.TimestampFim.IsZero() {
-		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
-		if !f.TimestampInicio.IsZero() {
-			lo = ms(f.TimestampInicio)
-		}
-		if !f.TimestampFim.IsZero() {
-			hi = ms(f.TimestampFim)
-		}
-		add("timestamp >= ?", lo)
-		add("timestamp <= ?", hi)
-	}
-	if f.SequenceInicio > 0 {
-		add("sequence_number >= ?", f.SequenceInicio)
-	}
-	if f.SequenceFim > 0 {
-		add("sequence_number <= ?", f.SequenceFim)
-	}
-	if len(where) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(where, " AND "), args
-}
-
-// CountMatching implements app.PageLog.
-func (db *DB) CountMatching(ctx context.Context, f app.EventFilter) (int, error) {
-	cond, args := eventWhere(f)
-	var total int
-	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log"+cond, args...).Scan(&total); err != nil {
-		return 0, fmt.Errorf("count events: %w", err)
-	}
-	return total, nil
-}
-
-// EventChunk implements app.PageLog; maxBytes 0 reads the whole page.
-func (db *DB) EventChunk(ctx context.Context, f app.EventFilter, maxBytes int) ([]app.Event, bool, error) {
-	cond, args := eventWhere(f)
-	order := " ORDER BY sequence_number"
-	if f.Desc {
-		order += " DESC"
-	}
-	rows, err := db.read.QueryContext(ctx, "SELECT "+eventColumns+" FROM event_log"+cond+
-		order+" LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("query events: %w", err)
-	}
-	return collectEvents(rows, maxBytes)
-}
-
-// EventsAfter implements app.EventLog: the replay read, a range scan on the
-// primary key (or on the tipo index when filtering by a few types).
-func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit, maxBytes int) ([]app.Event, bool, error) {
-	q := "SELECT " + eventColumns + " FROM event_log WHERE sequence_number > ?"
-	args := []any{after}
-	if len(tipos) > 0 {
-		q += " AND tipo IN (?" + strings.Repeat(", ?", len(tipos)-1) + ")"
-		for _, t := range tipos {
-			args = append(args, t)
-		}
-	}
-	q += " ORDER BY sequence_number LIMIT ?"
-	rows, err := db.read.QueryContext(ctx, q, append(args, limit)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("replay events: %w", err)
-	}
-	return collectEvents(rows, maxBytes)
-}
-
-// collectEvents reads rows until they end or, with maxBytes > 0, until the
-// records read reach maxBytes: closing the rows there stops SQLite before
-// it reads the next payload.
-func collectEvents(rows *sql.Rows, maxBytes int) ([]app.Event, bool, error) {
-	defer rows.Close()
-	out := []app.Event{}
-	size := 0
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			return nil, false, err
-		}
-		out = append(out, ev)
-		if size += ev.Size(); maxBytes > 0 && size >= maxBytes {
-			return out, true, rows.Err()
-		}
-	}
-	return out, false, rows.Err()
-}
-
-// MaxSequence implements app.EventLog.
-func (db *DB) MaxSequence(ctx context.Context) (int64, error) {
-	var n sql.NullInt64
-	err := db.read.QueryRowContext(ctx, "SELECT max(sequence_number) FROM event_log").Scan(&n)
-	return n.Int64, err
-}
-
-// CountEvents implements app.EventLog.
-func (db *DB) CountEvents(ctx context.Context) (int64, error) {
-	var n int64
-	err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM event_log").Scan(&n)
-	return n, err
 }

@@ -9,12 +9,13 @@ import (
 	"strings"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 const integratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
 	falhando_desde, ultimo_sucesso_em, criado_em, atualizado_em`
 
-func scanIntegrator(row scanner) (app.Integrator, error) {
+func scanIntegrator(row query.Row) (app.Integrator, error) {
 	var in app.Integrator
 	var hosts, eventos, backoff string
 	var criado, atualizado int64

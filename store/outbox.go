@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // The outbox's writer statements, prepared once (see writeStmts).
@@ -83,7 +84,7 @@ const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia,
 // corpoColumn reads a delivery's body beside its row: NULL once purged.
 const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
 
-func scanDelivery(row scanner, withBody bool) (app.Delivery, error) {
+func scanDelivery(row query.Row, withBody bool) (app.Delivery, error) {
 	var d app.Delivery
 	var proxima, criado int64
 	var ultimo, entregue sql.NullInt64

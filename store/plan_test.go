@@ -19,6 +19,7 @@ import (
 
 	"geohub/app"
 	"geohub/app/ocorrencia"
+	"geohub/store/query"
 )
 
 // TestQueryPlans checks SPEC 11 ("every listed query is served by an index"):
@@ -48,8 +49,8 @@ func TestQueryPlans(t *testing.T) {
 	rec := &planRecorder{}
 	recorded := planRecordingPool(t, path, rec)
 	orig := db.read
-	db.read = recorded
-	t.Cleanup(func() { db.read = orig; recorded.Close() })
+	useRead(db, recorded)
+	t.Cleanup(func() { useRead(db, orig); recorded.Close() })
 
 	explain, err := sql.Open(DriverName, DSN(path, true))
 	if err != nil {
@@ -505,4 +506,10 @@ func (c *planConn) QueryContext(ctx context.Context, query string, args []driver
 // the store goes through QueryContext.
 func (c *planConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	return nil, fmt.Errorf("plan recorder: unexpected prepared statement %s", planOneLine(query))
+}
+
+// useRead points db's reads, its own and the shared ones, at p.
+func useRead(db *DB, p *sql.DB) {
+	db.read = p
+	db.Reads = query.NewReads(conn{p}, sqliteDialect)
 }

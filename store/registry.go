@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // TypeVersions implements app.RegistryStore.
@@ -29,7 +30,7 @@ func (db *DB) TypeVersions(ctx context.Context) ([]app.TypeVersion, error) {
 	return out, rows.Err()
 }
 
-func scanTypeVersion(row scanner) (app.TypeVersion, error) {
+func scanTypeVersion(row query.Row) (app.TypeVersion, error) {
 	var tv app.TypeVersion
 	var schema, redacao string
 	var criado int64

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // Schema is schema.sql: numbered migration blocks applied in order at open.
@@ -33,9 +34,10 @@ var Schema string
 
 // DB is an open Geohub database on PostgreSQL.
 type DB struct {
-	now   func() time.Time
-	write *pgxpool.Pool // one connection, used by the writer goroutine only
-	read  *pgxpool.Pool
+	*query.Reads // the queries both dialects share
+	now          func() time.Time
+	write        *pgxpool.Pool // one connection, used by the writer goroutine only
+	read         *pgxpool.Pool
 
 	ops    chan *op
 	stop   chan struct{}
@@ -158,7 +160,7 @@ func open(ctx context.Context, url string, opt Options, local func() time.Time) 
 		w.Close()
 		return nil, err
 	}
-	db := &DB{now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
+	db := &DB{Reads: query.NewReads(conn{r}, dialect), now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{}),
 		offsetClock: offsetClock{local: local}}
 	if err := db.syncClock(ctx); err != nil {

@@ -4,20 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 var _ app.PageLog = (*DB)(nil)
-
-const eventColumns = `sequence_number, event_id, tipo, versao_schema, timestamp, origem,
-	correlacao_id, agregado, autoria_id, autoria_tipo, solicitacao, payload, criado_em`
 
 // insertEventSQL inserts one event with the sequence number the writer
 // gives it. Its conflict clause meets only an event another replica
@@ -200,11 +195,11 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		}
 		stored := map[string]app.Event{}
 		if len(ids) > 0 {
-			rows, err := tx.Query(tx.ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = ANY($1)`, ids)
+			rows, err := tx.Query(tx.ctx, `SELECT `+query.EventColumns+` FROM event_log WHERE event_id = ANY($1)`, ids)
 			if err != nil {
 				return fmt.Errorf("look up events: %w", err)
 			}
-			evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Event, error) { return scanEvent(r) })
+			evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Event, error) { return query.ScanEvent(r) })
 			if err != nil {
 				return fmt.Errorf("look up events: %w", err)
 			}
@@ -331,183 +326,6 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		return nil, err
 	}
 	return out, nil
-}
-
-func scanEvent(row pgx.Row) (app.Event, error) {
-	var ev app.Event
-	var ts, criado int64
-	var agregado, autoriaID, autoriaTipo, solicitacao *string
-	var payload []byte
-	err := row.Scan(&ev.Sequence, &ev.EventID, &ev.Tipo, &ev.VersaoSchema, &ts, &ev.Origem,
-		&ev.CorrelacaoID, &agregado, &autoriaID, &autoriaTipo, &solicitacao, &payload, &criado)
-	if isNoRows(err) {
-		return app.Event{}, app.ErrNotFound
-	}
-	if err != nil {
-		return app.Event{}, err
-	}
-	ev.Timestamp, ev.CriadoEm = fromMS(ts), fromMS(criado)
-	if agregado != nil {
-		ev.Agregado = *agregado
-	}
-	if solicitacao != nil {
-		ev.Solicitacao = *solicitacao
-	}
-	if autoriaID != nil {
-		ev.Autoria = &app.Autoria{ID: *autoriaID}
-		if autoriaTipo != nil {
-			ev.Autoria.Tipo = *autoriaTipo
-		}
-	}
-	ev.Payload = payload
-	return ev, nil
-}
-
-// Event implements app.EventLog.
-func (db *DB) Event(ctx context.Context, eventID string) (app.Event, error) {
-	return scanEvent(db.read.QueryRow(ctx, `SELECT `+eventColumns+` FROM event_log WHERE event_id = $1`, eventID))
-}
-
-// Events implements app.EventLog: one page and the total matching count.
-func (db *DB) Events(ctx context.Context, f app.EventFilter) ([]app.Event, int, error) {
-	total, err := db.CountMatching(ctx, f)
-	if err != nil {
-		return nil, 0, err
-	}
-	out, _, err := db.EventChunk(ctx, f, 0)
-	return out, total, err
-}
-
-// eventWhere is the WHERE clause of f's filters, paging aside, with its
-// placeholders numbered from 1.
-func eventWhere(f app.EventFilter) (string, []any) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, cond+" $"+strconv.Itoa(len(args)))
-	}
-	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
-		// starts_with, not a range: a range's order is the database's
-		// collation, where ';' may sort before ':'.
-		args = append(args, prefix)
-		where = append(where, "starts_with(tipo, $"+strconv.Itoa(len(args))+")")
-	} else if f.Tipo != "" {
-		add("tipo =", f.Tipo)
-	}
-	if f.Origem != "" {
-		add("origem =", f.Origem)
-	}
-	if f.CorrelacaoID != "" {
-		add("correlacao_id =", f.CorrelacaoID)
-	}
-	if f.Agregado != "" {
-		add("agregado =", f.Agregado)
-	}
-	if !f.TimestampInicio.IsZero() || !f.TimestampFim.IsZero() {
-		lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
-		if !f.TimestampInicio.IsZero() {
-			lo = ms(f.TimestampInicio)
-		}
-		if !f.TimestampFim.IsZero() {
-			hi = ms(f.TimestampFim)
-		}
-		add("timestamp >=", lo)
-		add("timestamp <=", hi)
-	}
-	if f.SequenceInicio > 0 {
-		add("sequence_number >=", f.SequenceInicio)
-	}
-	if f.SequenceFim > 0 {
-		add("sequence_number <=", f.SequenceFim)
-	}
-	if len(where) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(where, " AND "), args
-}
-
-// CountMatching implements app.PageLog.
-func (db *DB) CountMatching(ctx context.Context, f app.EventFilter) (int, error) {
-	cond, args := eventWhere(f)
-	var total int
-	if err := db.read.QueryRow(ctx, "SELECT count(*) FROM event_log"+cond, args...).Scan(&total); err != nil {
-		return 0, fmt.Errorf("count events: %w", err)
-	}
-	return total, nil
-}
-
-// EventChunk implements app.PageLog; maxBytes 0 reads the whole page.
-func (db *DB) EventChunk(ctx context.Context, f app.EventFilter, maxBytes int) ([]app.Event, bool, error) {
-	cond, args := eventWhere(f)
-	order := " ORDER BY sequence_number"
-	if f.Desc {
-		order += " DESC"
-	}
-	n := len(args)
-	q := "SELECT " + eventColumns + " FROM event_log" + cond + order +
-		" LIMIT $" + strconv.Itoa(n+1) + " OFFSET $" + strconv.Itoa(n+2)
-	rows, err := db.read.Query(ctx, q, append(args, f.Limite, f.Deslocamento)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("query events: %w", err)
-	}
-	return collectEvents(rows, maxBytes)
-}
-
-// EventsAfter implements app.EventLog: the replay read, a range scan on the
-// primary key (or on the tipo index when filtering by a few types).
-func (db *DB) EventsAfter(ctx context.Context, after int64, tipos []string, limit, maxBytes int) ([]app.Event, bool, error) {
-	q := "SELECT " + eventColumns + " FROM event_log WHERE sequence_number > $1"
-	args := []any{after}
-	if len(tipos) > 0 {
-		q += " AND tipo = ANY($2)"
-		args = append(args, tipos)
-	}
-	q += " ORDER BY sequence_number LIMIT $" + strconv.Itoa(len(args)+1)
-	rows, err := db.read.Query(ctx, q, append(args, limit)...)
-	if err != nil {
-		return nil, false, fmt.Errorf("replay events: %w", err)
-	}
-	return collectEvents(rows, maxBytes)
-}
-
-// collectEvents reads rows until they end or, with maxBytes > 0, until the
-// records read reach maxBytes. Closing the rows there discards the rest of
-// the result as it arrives, so memory holds one chunk, though the server
-// still sends up to the limit: readers that cut by size ask for few rows.
-func collectEvents(rows pgx.Rows, maxBytes int) ([]app.Event, bool, error) {
-	defer rows.Close()
-	out := []app.Event{}
-	size := 0
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			return nil, false, err
-		}
-		out = append(out, ev)
-		if size += ev.Size(); maxBytes > 0 && size >= maxBytes {
-			rows.Close()
-			return out, true, rows.Err()
-		}
-	}
-	rows.Close()
-	return out, false, rows.Err()
-}
-
-// MaxSequence implements app.EventLog.
-func (db *DB) MaxSequence(ctx context.Context) (int64, error) {
-	var n *int64
-	if err := db.read.QueryRow(ctx, "SELECT max(sequence_number) FROM event_log").Scan(&n); err != nil || n == nil {
-		return 0, err
-	}
-	return *n, nil
-}
-
-// CountEvents implements app.EventLog.
-func (db *DB) CountEvents(ctx context.Context) (int64, error) {
-	var n int64
-	err := db.read.QueryRow(ctx, "SELECT count(*) FROM event_log").Scan(&n)
-	return n, err
 }
 
 // audit writes e inside the operation's transaction, so it commits or

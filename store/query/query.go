@@ -1,0 +1,82 @@
+// Package query is what the two stores share (SPEC 12, "One store, two
+// dialects"): the read queries with their filter builders and row
+// scanners, each written once over a thin Dialect. Package store runs them
+// on SQLite through database/sql, package store/postgres on PostgreSQL
+// through pgx; the conformance suites (storetest and each store's tests)
+// hold both to one contract. Statements are written with ? placeholders;
+// PostgreSQL's connection numbers them.
+package query
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Row is one result row, or the error that there is none.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Rows are a result being read.
+type Rows interface {
+	Row
+	Next() bool
+	Err() error
+	Close()
+}
+
+// Conn runs read statements (a pool of either dialect).
+type Conn interface {
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) Row
+}
+
+// Dialect is what the shared statements write differently per database.
+type Dialect struct {
+	// Family is the condition that column holds a type of the family
+	// whose names run from lo, its prefix, up to hi (app.TypeFamily).
+	Family func(column, lo, hi string) (cond string, args []any)
+}
+
+// Reads are the read methods both stores share; each store embeds them.
+type Reads struct {
+	c Conn
+	d Dialect
+}
+
+// NewReads runs the shared reads on c in dialect d.
+func NewReads(c Conn, d Dialect) *Reads { return &Reads{c: c, d: d} }
+
+// Numbered rewrites q's ? placeholders as $1, $2, ... for PostgreSQL,
+// leaving quoted text alone.
+func Numbered(q string) string {
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	quote := byte(0)
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// MS is t in unix milliseconds, as both schemas keep times.
+func MS(t time.Time) int64 { return t.UnixMilli() }
+
+// FromMS is MS's inverse, in UTC.
+func FromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
