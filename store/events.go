@@ -79,7 +79,7 @@ const (
 		ORDER BY o.proxima_tentativa, o.id LIMIT (SELECT ?3)`
 	claimRowsSQL = `UPDATE outbox SET status = 'processando', lease_ate = ?1, worker = ?2, lease_token = ?3
 		WHERE id IN (SELECT value FROM json_each(?4)) AND status = 'pendente'
-		RETURNING ` + deliveryColumns + `, ` + corpoColumn
+		RETURNING ` + query.DeliveryColumns + `, ` + query.CorpoColumn
 )
 
 // claimWindow is how many of the oldest due rows the claim's first look

@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"geohub/app"
@@ -77,37 +76,6 @@ func (tx *wtx) enqueue(ev app.Event, out *app.Outbox, now time.Time) (int, error
 	return len(recipients), nil
 }
 
-const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado,
-	coalesce(lease_token, 0)`
-
-// corpoColumn reads a delivery's body beside its row: NULL once purged.
-const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
-
-func scanDelivery(row query.Row, withBody bool) (app.Delivery, error) {
-	var d app.Delivery
-	var proxima, criado int64
-	var ultimo, entregue sql.NullInt64
-	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado, &d.Token}
-	if withBody {
-		dest = append(dest, &d.Corpo)
-	}
-	if err := row.Scan(dest...); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return d, app.ErrNotFound
-		}
-		return d, err
-	}
-	d.ProximaTentativa, d.CriadoEm = fromMS(proxima), fromMS(criado)
-	d.UltimoStatus = int(ultimo.Int64)
-	if entregue.Valid {
-		t := fromMS(entregue.Int64)
-		d.EntregueEm = &t
-	}
-	return d, nil
-}
-
 // ClaimDeliveries implements app.OutboxStore: per integrator, a range seek
 // on outbox_due_idx with one prepared statement, taking at most one row per
 // aggregate (see claimSQL).
@@ -148,7 +116,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		}
 		var got []app.Delivery
 		for rows.Next() {
-			d, err := scanDelivery(rows, true)
+			d, err := query.ScanDelivery(rows, true)
 			if err != nil {
 				rows.Close()
 				return nil, err
@@ -471,107 +439,6 @@ func (db *DB) PurgeDeadLetters(ctx context.Context, before time.Time) (int, erro
 	return int(n), err
 }
 
-// NextDue implements app.OutboxStore.
-func (db *DB) NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error) {
-	var first time.Time
-	found := false
-	for _, id := range integrators {
-		var next sql.NullInt64
-		if err := db.read.QueryRowContext(ctx, `SELECT min(proxima_tentativa) FROM outbox INDEXED BY outbox_due_idx
-			WHERE integrador_id = ? AND status = 'pendente' AND proxima_tentativa > ?`, id, ms(after)).Scan(&next); err != nil {
-			return first, false, err
-		}
-		if next.Valid && (!found || fromMS(next.Int64).Before(first)) {
-			first, found = fromMS(next.Int64), true
-		}
-	}
-	return first, found, nil
-}
-
-// Deliveries implements app.OutboxStore.
-func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Delivery, int, error) {
-	var where []string
-	var args []any
-	tipo := f.Tipo
-	if lo, hi, ok := app.TypeFamily(f.Tipo); ok {
-		where, args, tipo = append(where, "tipo >= ?", "tipo < ?"), append(args, lo, hi), ""
-	}
-	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
-		{"tipo", tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
-		if c.v != "" {
-			where = append(where, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if !f.CriadoInicio.IsZero() {
-		where, args = append(where, "criado_em >= ?"), append(args, ms(f.CriadoInicio))
-	}
-	if !f.CriadoFim.IsZero() {
-		where, args = append(where, "criado_em <= ?"), append(args, ms(f.CriadoFim))
-	}
-	if f.IDInicio > 0 {
-		where = append(where, "id >= ?")
-		args = append(args, f.IDInicio)
-	}
-	if f.IDFim > 0 {
-		where = append(where, "id <= ?")
-		args = append(args, f.IDFim)
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	var total int
-	if err := db.read.QueryRowContext(ctx, "SELECT count(*) FROM outbox"+cond, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count deliveries: %w", err)
-	}
-	order := " ORDER BY id"
-	if f.Desc {
-		order += " DESC"
-	}
-	rows, err := db.read.QueryContext(ctx, "SELECT "+deliveryColumns+" FROM outbox"+cond+
-		order+" LIMIT ? OFFSET ?", append(args, f.Limite, f.Deslocamento)...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("query deliveries: %w", err)
-	}
-	defer rows.Close()
-	out := []app.Delivery{}
-	for rows.Next() {
-		d, err := scanDelivery(rows, false)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, d)
-	}
-	return out, total, rows.Err()
-}
-
-// Delivery implements app.OutboxStore.
-func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attempt, error) {
-	d, err := scanDelivery(db.read.QueryRowContext(ctx, "SELECT "+deliveryColumns+", "+corpoColumn+" FROM outbox WHERE id = ?", id), true)
-	if err != nil {
-		return d, nil, err
-	}
-	rows, err := db.read.QueryContext(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta, resposta_selada
-		FROM delivery_attempt WHERE outbox_id = ? ORDER BY id`, id)
-	if err != nil {
-		return d, nil, err
-	}
-	defer rows.Close()
-	attempts := []app.Attempt{}
-	for rows.Next() {
-		var a app.Attempt
-		var inicio int64
-		var code sql.NullInt64
-		if err := rows.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta, &a.RespostaSelada); err != nil {
-			return d, nil, err
-		}
-		a.Inicio, a.StatusCode = fromMS(inicio), int(code.Int64)
-		attempts = append(attempts, a)
-	}
-	return d, attempts, rows.Err()
-}
-
 // Resend implements app.OutboxStore: a dead letter goes back to pendente
 // with its body and sequence; a purged body cannot be resent.
 func (db *DB) Resend(ctx context.Context, id int64, now time.Time, audit *app.AuditEntry) error {
@@ -708,11 +575,4 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 		return tx.audit(audit.Counted(n), ms(db.now()))
 	})
 	return int(n), err
-}
-
-// OutboxBacklog counts deliveries not yet finished (pendente or processando).
-func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
-	var n int64
-	err := db.read.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE status IN ('pendente', 'processando')`).Scan(&n)
-	return n, err
 }

@@ -14,6 +14,8 @@ var sqliteDialect = query.Dialect{
 	Family: func(column, lo, hi string) (string, []any) {
 		return column + " >= ? AND " + column + " < ?", []any{lo, hi}
 	},
+	Indexed: func(table, index string) string { return table + " INDEXED BY " + index },
+	Join:    "CROSS JOIN",
 }
 
 // conn is the read pool as query.Conn.

@@ -2,51 +2,12 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"geohub/app"
 	"geohub/store/query"
 )
-
-// TypeVersions implements app.RegistryStore.
-func (db *DB) TypeVersions(ctx context.Context) ([]app.TypeVersion, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
-		FROM registry ORDER BY tipo, versao`)
-	if err != nil {
-		return nil, fmt.Errorf("list registry: %w", err)
-	}
-	defer rows.Close()
-	var out []app.TypeVersion
-	for rows.Next() {
-		tv, err := scanTypeVersion(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tv)
-	}
-	return out, rows.Err()
-}
-
-func scanTypeVersion(row query.Row) (app.TypeVersion, error) {
-	var tv app.TypeVersion
-	var schema, redacao string
-	var criado int64
-	if err := row.Scan(&tv.Tipo, &tv.Versao, &tv.Status, &tv.Audiencia, &schema, &redacao, &criado); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return tv, app.ErrNotFound
-		}
-		return tv, err
-	}
-	tv.Schema = json.RawMessage(schema)
-	tv.CriadoEm = fromMS(criado)
-	if err := json.Unmarshal([]byte(redacao), &tv.Redacao); err != nil {
-		return tv, fmt.Errorf("decode redaction rules of %s@%s: %w", tv.Tipo, tv.Versao, err)
-	}
-	return tv, nil
-}
 
 // InsertTypeVersion implements app.RegistryStore.
 func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *app.AuditEntry) (app.TypeVersion, bool, error) {
@@ -66,7 +27,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 			created = true
 			return tx.audit(audit, ms(db.now()))
 		}
-		out, err = scanTypeVersion(tx.QueryRow(`SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
+		out, err = query.ScanTypeVersion(tx.QueryRow(`SELECT tipo, versao, status, audiencia, schema, redacao, criado_em
 			FROM registry WHERE tipo = ? AND versao = ?`, tv.Tipo, tv.Versao))
 		return err
 	})

@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // The integrators' cadastro (SPEC 6.1) on PostgreSQL, as package store's
@@ -23,110 +20,19 @@ import (
 // migration 2), which the key stands for, so no batch waits for that row
 // while another holds what it waits for.
 
-const integratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
-	falhando_desde, ultimo_sucesso_em, criado_em, atualizado_em`
-
-func scanIntegrator(row pgx.Row) (app.Integrator, error) {
-	var in app.Integrator
-	var hosts, eventos, backoff string
-	var criado, atualizado int64
-	var falhando, sucesso *int64
-	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
-		&falhando, &sucesso, &criado, &atualizado)
-	if isNoRows(err) {
-		return in, app.ErrNotFound
-	}
-	if err != nil {
-		return in, err
-	}
-	in.CriadoEm, in.AtualizadoEm = fromMS(criado), fromMS(atualizado)
-	if sucesso != nil {
-		t := fromMS(*sucesso)
-		in.UltimoSucesso = &t
-	}
-	if falhando != nil {
-		t := fromMS(*falhando)
-		in.FalhandoDesde = &t
-	}
-	for _, f := range []struct {
-		raw string
-		dst *[]string
-	}{{hosts, &in.HostsPermitidos}, {eventos, &in.Eventos}, {backoff, &in.Backoff}} {
-		if err := json.Unmarshal([]byte(f.raw), f.dst); err != nil {
-			return in, fmt.Errorf("decode integrator %s: %w", in.ID, err)
-		}
-	}
-	if len(in.Backoff) == 0 {
-		in.Backoff = nil
-	}
-	return in, nil
-}
-
-func jsonList(v []string) string {
-	if v == nil {
-		v = []string{}
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
 // InsertIntegrator implements app.IntegratorStore.
 func (db *DB) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string, audit *app.AuditEntry) error {
 	return db.locked(ctx, cadastroKeys(in.ID), func(tx *wtx) error {
 		_, err := tx.Exec(tx.ctx, `INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
 			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			in.ID, in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
+			in.ID, in.Nome, in.CallbackURL, query.JSONList(in.HostsPermitidos), query.JSONList(in.Eventos), query.JSONList(in.Backoff),
 			in.Ativo, in.MotivoInativo, sealedSecret, apiKeyHash, ms(in.CriadoEm), ms(in.AtualizadoEm))
 		if err != nil {
 			return err
 		}
 		return tx.audit(audit, ms(db.now()))
 	})
-}
-
-// Integrators implements app.IntegratorStore. Names are ordered by their
-// bytes, as SQLite's BINARY collation does, whatever the database's
-// collation is.
-func (db *DB) Integrators(ctx context.Context) ([]app.Integrator, error) {
-	rows, err := db.read.Query(ctx, `SELECT `+integratorColumns+` FROM integrator ORDER BY nome COLLATE "C", id COLLATE "C"`)
-	if err != nil {
-		return nil, fmt.Errorf("list integrators: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Integrator, error) { return scanIntegrator(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list integrators: %w", err)
-	}
-	return out, nil
-}
-
-// Backlogs implements app.IntegratorStore: two counts over the partial
-// indexes of the live rows (outbox_due_idx for pendente,
-// outbox_inflight_idx for processando), never the delivered history.
-func (db *DB) Backlogs(ctx context.Context, ids ...string) (map[string]int, error) {
-	cond := ""
-	var args []any
-	if len(ids) > 0 {
-		cond = "AND integrador_id = ANY($1)"
-		args = append(args, ids)
-	}
-	rows, err := db.read.Query(ctx, `SELECT integrador_id, count(*) FROM outbox WHERE status = 'pendente' `+cond+`
-		GROUP BY integrador_id UNION ALL
-		SELECT integrador_id, count(*) FROM outbox WHERE status = 'processando' `+cond+` GROUP BY integrador_id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("count backlogs: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("count backlogs: %w", err)
-		}
-		out[id] += n
-	}
-	return out, rows.Err()
 }
 
 // UpdateIntegrator implements app.IntegratorStore.
@@ -137,7 +43,7 @@ func (db *DB) UpdateIntegrator(ctx context.Context, in app.Integrator, audit *ap
 		tag, err := tx.Exec(tx.ctx, `UPDATE integrator SET nome = $1, callback_url = $2, hosts_permitidos = $3,
 			eventos = $4, backoff = $5, ativo = $6, motivo_inativo = $7, atualizado_em = $8,
 			falhando_desde = CASE WHEN $9::boolean THEN NULL ELSE falhando_desde END WHERE id = $10`,
-			in.Nome, in.CallbackURL, jsonList(in.HostsPermitidos), jsonList(in.Eventos), jsonList(in.Backoff),
+			in.Nome, in.CallbackURL, query.JSONList(in.HostsPermitidos), query.JSONList(in.Eventos), query.JSONList(in.Backoff),
 			in.Ativo, in.MotivoInativo, ms(in.AtualizadoEm), in.FalhandoDesde == nil, in.ID)
 		if err != nil {
 			return err
@@ -196,30 +102,4 @@ func (db *DB) SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *a
 // cadastroKeys are the keys of a change to integrator id's record.
 func cadastroKeys(id string) []lockKey {
 	return []lockKey{key("cadastro"), key("integrator", id)}
-}
-
-// IntegratorSecrets implements app.IntegratorStore.
-func (db *DB) IntegratorSecrets(ctx context.Context, id string) (app.IntegratorSecrets, error) {
-	var s app.IntegratorSecrets
-	var ate *int64
-	err := db.read.QueryRow(ctx, `SELECT segredo, segredo_anterior, segredo_anterior_ate
-		FROM integrator WHERE id = $1`, id).Scan(&s.Atual, &s.Anterior, &ate)
-	if isNoRows(err) {
-		return s, app.ErrNotFound
-	}
-	if ate != nil {
-		s.AnteriorAte = fromMS(*ate)
-	}
-	return s, err
-}
-
-// IntegratorByAPIKey implements app.IntegratorStore.
-func (db *DB) IntegratorByAPIKey(ctx context.Context, hash string) (app.Integrator, error) {
-	return scanIntegrator(db.read.QueryRow(ctx, `SELECT `+integratorColumns+` FROM integrator
-		WHERE api_key_hash = $1`, hash))
-}
-
-// Integrator implements app.IntegratorStore.
-func (db *DB) Integrator(ctx context.Context, id string) (app.Integrator, error) {
-	return scanIntegrator(db.read.QueryRow(ctx, `SELECT `+integratorColumns+` FROM integrator WHERE id = $1`, id))
 }

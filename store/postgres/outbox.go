@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"geohub/app"
+	"geohub/store/query"
 )
 
 // The outbox's delivery side (SPEC 6.4) on PostgreSQL: claims, outcomes,
@@ -23,39 +23,6 @@ import (
 // OutboxStore's AuditLog (AppendAudit) is the audit trail's, not this
 // file's; once it is there, *DB is an app.OutboxStore.
 var _ app.AttemptLog = (*DB)(nil)
-
-const deliveryColumns = `id, event_id, integrador_id, tipo, agregado, sequencia, status, tentativas, quedas,
-	proxima_tentativa, ultimo_status, ultimo_erro, entregue_em, criado_em, tentativas_antes, expurgado,
-	coalesce(lease_token, 0)`
-
-// corpoColumn reads a delivery's body beside its row: NULL once purged.
-const corpoColumn = `(SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`
-
-func scanDelivery(row pgx.Row, withBody bool) (app.Delivery, error) {
-	var d app.Delivery
-	var proxima, criado int64
-	var ultimo, entregue *int64
-	dest := []any{&d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status, &d.Tentativas,
-		&d.Quedas, &proxima, &ultimo, &d.UltimoErro, &entregue, &criado, &d.TentativasAntes, &d.CorpoExpurgado, &d.Token}
-	if withBody {
-		dest = append(dest, &d.Corpo)
-	}
-	if err := row.Scan(dest...); err != nil {
-		if isNoRows(err) {
-			return d, app.ErrNotFound
-		}
-		return d, err
-	}
-	d.ProximaTentativa, d.CriadoEm = fromMS(proxima), fromMS(criado)
-	if ultimo != nil {
-		d.UltimoStatus = int(*ultimo)
-	}
-	if entregue != nil {
-		t := fromMS(*entregue)
-		d.EntregueEm = &t
-	}
-	return d, nil
-}
 
 // claimable is SPEC 6.4's rule for a pending, due row o, as SQLite's
 // claimSQL has it: no row of its (integrator, aggregate) is processando,
@@ -185,7 +152,7 @@ const (
 		WHERE id IN (SELECT o.id FROM outbox AS o
 			WHERE o.id = ANY($1) AND o.status || '' = 'pendente' AND ` + claimRule + `
 			FOR NO KEY UPDATE OF o SKIP LOCKED)
-		RETURNING ` + deliveryColumns + `, ` + corpoColumn
+		RETURNING ` + query.DeliveryColumns + `, ` + query.CorpoColumn
 )
 
 // ClaimDeliveries implements app.OutboxStore: per integrator in quotas, up
@@ -222,7 +189,7 @@ func (tx *wtx) claim(worker string, now time.Time, lease time.Duration, quotas [
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
-		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Delivery, error) { return scanDelivery(r, true) })
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Delivery, error) { return query.ScanDelivery(r, true) })
 		if err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
@@ -666,117 +633,6 @@ func (db *DB) purge(ctx context.Context, q string, before time.Time) (int, error
 	return n, err
 }
 
-// NextDue implements app.OutboxStore: one min over outbox_due_idx per
-// integrator, in one statement.
-func (db *DB) NextDue(ctx context.Context, integrators []string, after time.Time) (time.Time, bool, error) {
-	if len(integrators) == 0 {
-		return time.Time{}, false, nil
-	}
-	var next *int64
-	if err := db.read.QueryRow(ctx, `SELECT min(n) FROM unnest($1::text[]) AS i(id),
-		LATERAL (SELECT min(proxima_tentativa) AS n FROM outbox
-			WHERE integrador_id = i.id AND status = 'pendente' AND proxima_tentativa > $2) AS m`,
-		integrators, ms(after)).Scan(&next); err != nil {
-		return time.Time{}, false, err
-	}
-	if next == nil {
-		return time.Time{}, false, nil
-	}
-	return fromMS(*next), true, nil
-}
-
-// Deliveries implements app.OutboxStore.
-func (db *DB) Deliveries(ctx context.Context, f app.DeliveryFilter) ([]app.Delivery, int, error) {
-	var where []string
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, cond+" $"+strconv.Itoa(len(args)))
-	}
-	tipo := f.Tipo
-	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
-		// starts_with, not a range: a range's order is the database's
-		// collation, where ';' may sort before ':'.
-		args = append(args, prefix)
-		where = append(where, "starts_with(tipo, $"+strconv.Itoa(len(args))+")")
-		tipo = ""
-	}
-	for _, c := range []struct{ col, v string }{{"integrador_id", f.Integrador}, {"status", f.Status},
-		{"tipo", tipo}, {"agregado", f.Agregado}, {"event_id", f.EventID}} {
-		if c.v != "" {
-			add(c.col+" =", c.v)
-		}
-	}
-	if !f.CriadoInicio.IsZero() {
-		add("criado_em >=", ms(f.CriadoInicio))
-	}
-	if !f.CriadoFim.IsZero() {
-		add("criado_em <=", ms(f.CriadoFim))
-	}
-	if f.IDInicio > 0 {
-		add("id >=", f.IDInicio)
-	}
-	if f.IDFim > 0 {
-		add("id <=", f.IDFim)
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	var total int
-	if err := db.read.QueryRow(ctx, "SELECT count(*) FROM outbox"+cond, args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count deliveries: %w", err)
-	}
-	order := " ORDER BY id"
-	if f.Desc {
-		order += " DESC"
-	}
-	n := len(args)
-	rows, err := db.read.Query(ctx, "SELECT "+deliveryColumns+" FROM outbox"+cond+order+
-		" LIMIT $"+strconv.Itoa(n+1)+" OFFSET $"+strconv.Itoa(n+2), append(args, f.Limite, f.Deslocamento)...)
-	if err != nil {
-		return nil, 0, fmt.Errorf("query deliveries: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Delivery, error) { return scanDelivery(r, false) })
-	if err != nil {
-		return nil, 0, fmt.Errorf("query deliveries: %w", err)
-	}
-	if out == nil {
-		out = []app.Delivery{}
-	}
-	return out, total, nil
-}
-
-// Delivery implements app.OutboxStore.
-func (db *DB) Delivery(ctx context.Context, id int64) (app.Delivery, []app.Attempt, error) {
-	d, err := scanDelivery(db.read.QueryRow(ctx, "SELECT "+deliveryColumns+", "+corpoColumn+" FROM outbox WHERE id = $1", id), true)
-	if err != nil {
-		return d, nil, err
-	}
-	rows, err := db.read.Query(ctx, `SELECT entrega_id, tentativa, inicio, duracao_ms, status_code, erro, resposta, resposta_selada
-		FROM delivery_attempt WHERE outbox_id = $1 ORDER BY id`, id)
-	if err != nil {
-		return d, nil, err
-	}
-	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Attempt, error) {
-		var a app.Attempt
-		var inicio int64
-		var code *int64
-		if err := r.Scan(&a.EntregaID, &a.Tentativa, &inicio, &a.DuracaoMS, &code, &a.Erro, &a.Resposta, &a.RespostaSelada); err != nil {
-			return a, err
-		}
-		a.Inicio = fromMS(inicio)
-		if code != nil {
-			a.StatusCode = int(*code)
-		}
-		return a, nil
-	})
-	if attempts == nil {
-		attempts = []app.Attempt{}
-	}
-	return d, attempts, err
-}
-
 // Resend implements app.OutboxStore: a dead letter goes back to pendente
 // with its body and sequence; a purged body cannot be resent. The update
 // checks both in its WHERE, on the row as the last writer committed it,
@@ -913,93 +769,4 @@ func (db *DB) DueNow(ctx context.Context, integrador string, id int64, now time.
 		return tx.audit(audit.Counted(n), ms(db.now()))
 	})
 	return int(n), err
-}
-
-// OutboxBacklog counts deliveries not yet finished (pendente or processando).
-func (db *DB) OutboxBacklog(ctx context.Context) (int64, error) {
-	var n int64
-	err := db.read.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE status = 'pendente')
-		+ (SELECT count(*) FROM outbox WHERE status = 'processando')`).Scan(&n)
-	return n, err
-}
-
-// attemptsAfterSQL walks delivery_attempt in id order from the cursor and
-// joins each attempt to its delivery; the upper bound ($2) is the highest
-// id when the read began, see AttemptsAfter.
-const attemptsAfterSQL = `SELECT a.id, a.entrega_id, a.tentativa, a.inicio, a.duracao_ms, a.status_code, a.erro,
-		o.id, o.event_id, o.integrador_id, o.tipo, o.agregado, o.sequencia, o.status, o.tentativas, o.proxima_tentativa
-	FROM delivery_attempt a JOIN outbox o ON o.id = a.outbox_id
-	WHERE a.id > $1 AND a.id <= $2`
-
-// AttemptsAfter implements app.AttemptLog, as SQLite's: it reads the
-// highest attempt id, then the matching attempts up to it. When fewer than
-// limit match, every attempt up to that id was examined, so the cursor
-// moves past it even if the last ones did not match. That holds across
-// replicas because attempt ids are given in commit order (see
-// FinishDeliveries): once the highest id is visible, so is every lower one.
-func (db *DB) AttemptsAfter(ctx context.Context, after int64, f app.AttemptFilter, limit int) ([]app.RecordedAttempt, int64, error) {
-	top, err := db.MaxAttemptID(ctx)
-	if err != nil {
-		return nil, after, err
-	}
-	if top <= after {
-		return nil, after, nil
-	}
-	q := attemptsAfterSQL
-	args := []any{after, top}
-	tipo := f.Tipo
-	if prefix, _, ok := app.TypeFamily(f.Tipo); ok {
-		args = append(args, prefix)
-		q += fmt.Sprintf(" AND starts_with(o.tipo, $%d)", len(args))
-		tipo = ""
-	}
-	for _, c := range []struct{ col, v string }{{"o.integrador_id", f.Integrador}, {"o.tipo", tipo}, {"o.agregado", f.Agregado}} {
-		if c.v != "" {
-			args = append(args, c.v)
-			q += fmt.Sprintf(" AND %s = $%d", c.col, len(args))
-		}
-	}
-	args = append(args, limit)
-	q += fmt.Sprintf(" ORDER BY a.id LIMIT $%d", len(args))
-	rows, err := db.read.Query(ctx, q, args...)
-	if err != nil {
-		return nil, after, fmt.Errorf("tail delivery attempts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.RecordedAttempt, error) {
-		var r app.RecordedAttempt
-		var inicio, proxima int64
-		var code *int64
-		d := &r.Delivery
-		if err := row.Scan(&r.ID, &r.Attempt.EntregaID, &r.Attempt.Tentativa, &inicio, &r.Attempt.DuracaoMS, &code,
-			&r.Attempt.Erro, &d.ID, &d.EventID, &d.Integrador, &d.Tipo, &d.Agregado, &d.Sequencia, &d.Status,
-			&d.Tentativas, &proxima); err != nil {
-			return r, err
-		}
-		r.Attempt.Inicio = fromMS(inicio)
-		if code != nil {
-			r.Attempt.StatusCode = int(*code)
-		}
-		d.ProximaTentativa = fromMS(proxima)
-		return r, nil
-	})
-	if err != nil {
-		return nil, after, fmt.Errorf("tail delivery attempts: %w", err)
-	}
-	if out == nil {
-		out = []app.RecordedAttempt{}
-	}
-	next := top
-	if len(out) == limit {
-		next = out[len(out)-1].ID
-	}
-	return out, next, nil
-}
-
-// MaxAttemptID implements app.AttemptLog.
-func (db *DB) MaxAttemptID(ctx context.Context) (int64, error) {
-	var n *int64
-	if err := db.read.QueryRow(ctx, "SELECT max(id) FROM delivery_attempt").Scan(&n); err != nil || n == nil {
-		return 0, err
-	}
-	return *n, nil
 }

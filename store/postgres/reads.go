@@ -17,6 +17,8 @@ var dialect = query.Dialect{
 	Family: func(column, lo, _ string) (string, []any) {
 		return "starts_with(" + column + ", ?)", []any{lo}
 	},
+	Indexed: func(table, _ string) string { return table },
+	Join:    "JOIN",
 }
 
 // conn is a pool as query.Conn.

@@ -5,50 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"geohub/app"
+	"geohub/store/query"
 )
 
 var _ app.RegistryStore = (*DB)(nil)
-
-const typeVersionColumns = `tipo, versao, status, audiencia, schema, redacao, criado_em`
-
-// TypeVersions implements app.RegistryStore.
-func (db *DB) TypeVersions(ctx context.Context) ([]app.TypeVersion, error) {
-	rows, err := db.read.Query(ctx, `SELECT `+typeVersionColumns+` FROM registry ORDER BY tipo, versao`)
-	if err != nil {
-		return nil, fmt.Errorf("list registry: %w", err)
-	}
-	defer rows.Close()
-	var out []app.TypeVersion
-	for rows.Next() {
-		tv, err := scanTypeVersion(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tv)
-	}
-	return out, rows.Err()
-}
-
-func scanTypeVersion(row pgx.Row) (app.TypeVersion, error) {
-	var tv app.TypeVersion
-	var schema, redacao string
-	var criado int64
-	if err := row.Scan(&tv.Tipo, &tv.Versao, &tv.Status, &tv.Audiencia, &schema, &redacao, &criado); err != nil {
-		if isNoRows(err) {
-			return tv, app.ErrNotFound
-		}
-		return tv, err
-	}
-	tv.Schema = json.RawMessage(schema)
-	tv.CriadoEm = fromMS(criado)
-	if err := json.Unmarshal([]byte(redacao), &tv.Redacao); err != nil {
-		return tv, fmt.Errorf("decode redaction rules of %s@%s: %w", tv.Tipo, tv.Versao, err)
-	}
-	return tv, nil
-}
 
 // InsertTypeVersion implements app.RegistryStore. Two replicas registering
 // the same version at once store it once: the loser's insert waits for the
@@ -62,7 +23,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 	out, created := tv, false
 	err = db.locked(ctx, []lockKey{key("registry", tv.Tipo, tv.Versao)}, func(tx *wtx) error {
 		out, created = tv, false
-		tag, err := tx.Exec(tx.ctx, `INSERT INTO registry (`+typeVersionColumns+`)
+		tag, err := tx.Exec(tx.ctx, `INSERT INTO registry (`+query.TypeVersionColumns+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (tipo, versao) DO NOTHING`,
 			tv.Tipo, tv.Versao, tv.Status, tv.Audiencia, string(tv.Schema), string(redacao), ms(tv.CriadoEm))
 		if err != nil {
@@ -72,7 +33,7 @@ func (db *DB) InsertTypeVersion(ctx context.Context, tv app.TypeVersion, audit *
 			created = true
 			return tx.audit(audit, ms(db.now()))
 		}
-		out, err = scanTypeVersion(tx.QueryRow(tx.ctx, `SELECT `+typeVersionColumns+`
+		out, err = query.ScanTypeVersion(tx.QueryRow(tx.ctx, `SELECT `+query.TypeVersionColumns+`
 			FROM registry WHERE tipo = $1 AND versao = $2`, tv.Tipo, tv.Versao))
 		return err
 	})

@@ -38,6 +38,12 @@ type Dialect struct {
 	// Family is the condition that column holds a type of the family
 	// whose names run from lo, its prefix, up to hi (app.TypeFamily).
 	Family func(column, lo, hi string) (cond string, args []any)
+	// Indexed names table read through index: SQLite's INDEXED BY, where
+	// its planner must be told; the bare table where the planner chooses.
+	Indexed func(table, index string) string
+	// Join joins in the written order: SQLite's CROSS JOIN, which pins
+	// it; a plain JOIN where the planner orders joins well.
+	Join string
 }
 
 // Reads are the read methods both stores share; each store embeds them.
@@ -80,3 +86,19 @@ func MS(t time.Time) int64 { return t.UnixMilli() }
 
 // FromMS is MS's inverse, in UTC.
 func FromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// Collect reads every row with scan into a slice, never nil, and closes
+// rows.
+func Collect[T any](rows Rows, scan func(Row) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	rows.Close()
+	return out, rows.Err()
+}

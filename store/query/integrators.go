@@ -1,0 +1,135 @@
+package query
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"geohub/app"
+)
+
+// IntegratorColumns are what ScanIntegrator reads, in its order.
+const IntegratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
+	falhando_desde, ultimo_sucesso_em, criado_em, atualizado_em`
+
+// ScanIntegrator reads one integrator row of IntegratorColumns; no row is
+// app.ErrNotFound.
+func ScanIntegrator(row Row) (app.Integrator, error) {
+	var in app.Integrator
+	var hosts, eventos, backoff string
+	var criado, atualizado int64
+	var falhando, sucesso sql.NullInt64
+	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
+		&falhando, &sucesso, &criado, &atualizado)
+	if errors.Is(err, sql.ErrNoRows) {
+		return in, app.ErrNotFound
+	}
+	if err != nil {
+		return in, err
+	}
+	in.CriadoEm, in.AtualizadoEm = FromMS(criado), FromMS(atualizado)
+	if sucesso.Valid {
+		t := FromMS(sucesso.Int64)
+		in.UltimoSucesso = &t
+	}
+	if falhando.Valid {
+		t := FromMS(falhando.Int64)
+		in.FalhandoDesde = &t
+	}
+	for _, f := range []struct {
+		raw string
+		dst *[]string
+	}{{hosts, &in.HostsPermitidos}, {eventos, &in.Eventos}, {backoff, &in.Backoff}} {
+		if err := json.Unmarshal([]byte(f.raw), f.dst); err != nil {
+			return in, fmt.Errorf("decode integrator %s: %w", in.ID, err)
+		}
+	}
+	if len(in.Backoff) == 0 {
+		in.Backoff = nil
+	}
+	return in, nil
+}
+
+// JSONList is a text column's JSON array of v, [] for none.
+func JSONList(v []string) string {
+	if v == nil {
+		v = []string{}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Integrators implements app.IntegratorStore.
+func (r *Reads) Integrators(ctx context.Context) ([]app.Integrator, error) {
+	rows, err := r.c.Query(ctx, `SELECT `+IntegratorColumns+` FROM integrator ORDER BY nome, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list integrators: %w", err)
+	}
+	out, err := Collect(rows, ScanIntegrator)
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, err
+}
+
+// Integrator implements app.IntegratorStore.
+func (r *Reads) Integrator(ctx context.Context, id string) (app.Integrator, error) {
+	return ScanIntegrator(r.c.QueryRow(ctx, `SELECT `+IntegratorColumns+` FROM integrator WHERE id = ?`, id))
+}
+
+// IntegratorByAPIKey implements app.IntegratorStore.
+func (r *Reads) IntegratorByAPIKey(ctx context.Context, hash string) (app.Integrator, error) {
+	return ScanIntegrator(r.c.QueryRow(ctx, `SELECT `+IntegratorColumns+` FROM integrator WHERE api_key_hash = ?`, hash))
+}
+
+// IntegratorSecrets implements app.IntegratorStore: the sealed secrets.
+func (r *Reads) IntegratorSecrets(ctx context.Context, id string) (app.IntegratorSecrets, error) {
+	var s app.IntegratorSecrets
+	var ate sql.NullInt64
+	err := r.c.QueryRow(ctx, `SELECT segredo, segredo_anterior, segredo_anterior_ate
+		FROM integrator WHERE id = ?`, id).Scan(&s.Atual, &s.Anterior, &ate)
+	if errors.Is(err, sql.ErrNoRows) {
+		return s, app.ErrNotFound
+	}
+	if ate.Valid {
+		s.AnteriorAte = FromMS(ate.Int64)
+	}
+	return s, err
+}
+
+// Backlogs implements app.IntegratorStore: two counts over the partial
+// indexes of the live rows (pendente, processando), never the delivered
+// history.
+func (r *Reads) Backlogs(ctx context.Context, ids ...string) (map[string]int, error) {
+	var args []any
+	cond := ""
+	if len(ids) > 0 {
+		cond = "AND integrador_id IN (?" + strings.Repeat(", ?", len(ids)-1) + ")"
+		for range 2 {
+			for _, id := range ids {
+				args = append(args, id)
+			}
+		}
+	}
+	rows, err := r.c.Query(ctx, `SELECT integrador_id, count(*) FROM `+r.d.Indexed("outbox", "outbox_due_idx")+`
+		WHERE status = 'pendente' `+cond+` GROUP BY integrador_id
+		UNION ALL SELECT integrador_id, count(*) FROM `+r.d.Indexed("outbox", "outbox_inflight_idx")+`
+		WHERE status = 'processando' `+cond+` GROUP BY integrador_id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count backlogs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("count backlogs: %w", err)
+		}
+		out[id] += n
+	}
+	return out, rows.Err()
+}
