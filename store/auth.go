@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"time"
 
 	"geohub/app"
@@ -18,19 +16,6 @@ func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string, audit *
 		}
 		return tx.audit(audit, ms(db.now()))
 	})
-}
-
-// TokenByHash implements app.AuthStore.
-func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
-	var t app.Token
-	var criado int64
-	err := db.read.QueryRowContext(ctx, `SELECT id, nome, papel, criado_em FROM api_token
-		WHERE hash = ? AND revogado_em IS NULL`, hash).Scan(&t.ID, &t.Nome, &t.Papel, &criado)
-	if errors.Is(err, sql.ErrNoRows) {
-		return t, app.ErrNotFound
-	}
-	t.CriadoEm = fromMS(criado)
-	return t, err
 }
 
 // RevokeToken implements app.AuthStore.
@@ -73,18 +58,4 @@ func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator
 		return tx.audit(audit, ms(db.now()))
 	})
 	return created, err
-}
-
-// OperatorByLogin implements app.AuthStore.
-func (db *DB) OperatorByLogin(ctx context.Context, login string) (app.Operator, string, error) {
-	var o app.Operator
-	var hash string
-	var criado int64
-	err := db.read.QueryRowContext(ctx, `SELECT id, login, senha_hash, papel, criado_em, ativo FROM operator WHERE login = ?`,
-		login).Scan(&o.ID, &o.Login, &hash, &o.Papel, &criado, &o.Ativo)
-	if errors.Is(err, sql.ErrNoRows) {
-		return o, "", app.ErrNotFound
-	}
-	o.CriadoEm = fromMS(criado)
-	return o, hash, err
 }

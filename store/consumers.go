@@ -2,31 +2,11 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sort"
 
 	"geohub/app"
 )
-
-// Cursors implements app.ConsumerStore.
-func (db *DB) Cursors(ctx context.Context, colonia string) (map[string]int64, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT tipo, last_sequence FROM consumer_cursor WHERE colonia = ?`, colonia)
-	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var tipo string
-		var seq int64
-		if err := rows.Scan(&tipo, &seq); err != nil {
-			return nil, err
-		}
-		out[tipo] = seq
-	}
-	return out, rows.Err()
-}
 
 // SeedCursor implements app.ConsumerStore.
 func (db *DB) SeedCursor(ctx context.Context, colonia, tipo string, seq int64) error {
@@ -97,76 +77,4 @@ func (db *DB) SetDLQStatus(ctx context.Context, eventID, colonia, status string)
 		}
 		return nil
 	})
-}
-
-const dlqColumns = `id, event_id, sequence_number, tipo, colonia, handler_nome, mensagem_erro, pilha_erro,
-	tentativas, ultima_tentativa, status, criado_em, resolvido_em`
-
-func scanDLQ(rows *sql.Rows) ([]app.DLQEntry, error) {
-	defer rows.Close()
-	out := []app.DLQEntry{}
-	for rows.Next() {
-		var e app.DLQEntry
-		var ultima, criado int64
-		var resolvido sql.NullInt64
-		if err := rows.Scan(&e.ID, &e.EventID, &e.Sequence, &e.Tipo, &e.Colonia, &e.HandlerNome, &e.MensagemErro,
-			&e.PilhaErro, &e.Tentativas, &ultima, &e.Status, &criado, &resolvido); err != nil {
-			return nil, err
-		}
-		e.UltimaTentativa, e.CriadoEm = fromMS(ultima), fromMS(criado)
-		if resolvido.Valid {
-			t := fromMS(resolvido.Int64)
-			e.ResolvidoEm = &t
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
-// DLQOpen implements app.ConsumerStore: pendente and retrying entries of a
-// colonia, oldest event first.
-func (db *DB) DLQOpen(ctx context.Context, colonia string, limit int) ([]app.DLQEntry, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
-		WHERE status IN ('pendente', 'retrying') AND colonia = ? ORDER BY sequence_number LIMIT ?`, colonia, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read DLQ: %w", err)
-	}
-	return scanDLQ(rows)
-}
-
-// DLQStats implements app.ConsumerStore.
-func (db *DB) DLQStats(ctx context.Context, limit int) (app.DLQStats, error) {
-	st := app.DLQStats{PendentesPorColonia: map[string]int{}}
-	// One snapshot for the counts and the entries: a failure recorded
-	// between two reads showed an entry under no colônia.
-	tx, err := db.read.BeginTx(ctx, nil)
-	if err != nil {
-		return st, fmt.Errorf("DLQ stats: %w", err)
-	}
-	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT colonia, count(*) FROM dead_letter_queue
-		WHERE status IN ('pendente', 'retrying') GROUP BY colonia`)
-	if err != nil {
-		return st, fmt.Errorf("DLQ stats: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var colonia string
-		var n int
-		if err := rows.Scan(&colonia, &n); err != nil {
-			return st, err
-		}
-		st.PendentesPorColonia[colonia] = n
-		st.TotalPendentes += n
-	}
-	if err := rows.Err(); err != nil {
-		return st, err
-	}
-	entries, err := tx.QueryContext(ctx, `SELECT `+dlqColumns+` FROM dead_letter_queue
-		WHERE status IN ('pendente', 'retrying') ORDER BY id DESC LIMIT ?`, limit)
-	if err != nil {
-		return st, err
-	}
-	st.Entradas, err = scanDLQ(entries)
-	return st, err
 }

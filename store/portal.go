@@ -24,56 +24,6 @@ func (db *DB) InsertPortalLink(ctx context.Context, l app.PortalLink, hash strin
 	})
 }
 
-const portalLinkColumns = `id, integrador_id, criado_em, expira_em, usado_em, revogado_em`
-
-func scanPortalLink(row interface{ Scan(...any) error }) (app.PortalLink, error) {
-	var l app.PortalLink
-	var criado, expira int64
-	var usado, revogado sql.NullInt64
-	if err := row.Scan(&l.ID, &l.Integrador, &criado, &expira, &usado, &revogado); err != nil {
-		return l, err
-	}
-	l.CriadoEm, l.ExpiraEm = fromMS(criado), fromMS(expira)
-	if usado.Valid {
-		t := fromMS(usado.Int64)
-		l.UsadoEm = &t
-	}
-	if revogado.Valid {
-		t := fromMS(revogado.Int64)
-		l.RevogadoEm = &t
-	}
-	return l, nil
-}
-
-// PortalLinks implements app.PortalStore.
-func (db *DB) PortalLinks(ctx context.Context, integrador string, now time.Time) ([]app.PortalLink, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+portalLinkColumns+` FROM portal_link
-		WHERE integrador_id = ? AND usado_em IS NULL AND revogado_em IS NULL AND expira_em > ? ORDER BY criado_em`,
-		integrador, ms(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []app.PortalLink
-	for rows.Next() {
-		l, err := scanPortalLink(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// PortalLinkByHash implements app.PortalStore.
-func (db *DB) PortalLinkByHash(ctx context.Context, hash string) (app.PortalLink, error) {
-	l, err := scanPortalLink(db.read.QueryRowContext(ctx, `SELECT `+portalLinkColumns+` FROM portal_link WHERE hash = ?`, hash))
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, app.ErrNotFound
-	}
-	return l, err
-}
-
 // RevokePortalLink implements app.PortalStore.
 func (db *DB) RevokePortalLink(ctx context.Context, integrador, id string, now time.Time, audit *app.AuditEntry) error {
 	return db.do(ctx, func(tx *wtx) error {
@@ -122,17 +72,6 @@ func insertPortalSession(tx *wtx, hash, integrador string, criado, expira time.T
 		return err
 	}
 	return tx.audit(audit, at)
-}
-
-// PortalSessionIntegrator implements app.PortalStore.
-func (db *DB) PortalSessionIntegrator(ctx context.Context, hash string, now time.Time) (string, error) {
-	var id string
-	err := db.read.QueryRowContext(ctx, `SELECT integrador_id FROM portal_session WHERE hash = ? AND expira_em > ?`,
-		hash, ms(now)).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", app.ErrNotFound
-	}
-	return id, err
 }
 
 // DeletePortalSession implements app.PortalStore.

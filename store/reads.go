@@ -22,16 +22,45 @@ var sqliteDialect = query.Dialect{
 type conn struct{ db *sql.DB }
 
 func (c conn) Query(ctx context.Context, q string, args ...any) (query.Rows, error) {
-	r, err := c.db.QueryContext(ctx, q, args...)
+	return txConn{c.db}.Query(ctx, q, args...)
+}
+
+func (c conn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
+	return c.db.QueryRowContext(ctx, q, args...)
+}
+
+// Snapshot is a read transaction: WAL gives it one snapshot from its first
+// read.
+func (c conn) Snapshot(ctx context.Context, fn func(query.Conn) error) error {
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(txConn{tx})
+}
+
+// txConn is one read transaction (or the pool) as query.Conn.
+type txConn struct {
+	q interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (c txConn) Query(ctx context.Context, q string, args ...any) (query.Rows, error) {
+	r, err := c.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	return rows{r}, nil
 }
 
-func (c conn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
-	return c.db.QueryRowContext(ctx, q, args...)
+func (c txConn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
+	return c.q.QueryRowContext(ctx, q, args...)
 }
+
+func (c txConn) Snapshot(_ context.Context, fn func(query.Conn) error) error { return fn(c) }
 
 // rows close as pgx's do: an error closing is the reading's, in Err.
 type rows struct{ *sql.Rows }

@@ -24,22 +24,6 @@ func (db *DB) InsertSession(ctx context.Context, hash, operadorID string, criado
 	})
 }
 
-// SessionOperator implements app.SessionStore: the operator of a live session.
-func (db *DB) SessionOperator(ctx context.Context, hash string, now time.Time) (app.Operator, error) {
-	var o app.Operator
-	var criado int64
-	// ativo is checked here too, not only by deleting the sessions on
-	// deactivation: a login racing the deactivation must not outlive it.
-	err := db.read.QueryRowContext(ctx, `SELECT o.id, o.login, o.papel, o.criado_em, o.ativo
-		FROM operator_session s JOIN operator o ON o.id = s.operador_id
-		WHERE s.hash = ? AND s.expira_em > ? AND o.ativo = 1`, hash, ms(now)).Scan(&o.ID, &o.Login, &o.Papel, &criado, &o.Ativo)
-	if errors.Is(err, sql.ErrNoRows) {
-		return o, app.ErrNotFound
-	}
-	o.CriadoEm = fromMS(criado)
-	return o, err
-}
-
 // ExtendSession implements app.SessionStore.
 func (db *DB) ExtendSession(ctx context.Context, hash string, now time.Time, idle, ttl time.Duration) error {
 	return db.do(ctx, func(tx *wtx) error {
@@ -87,26 +71,6 @@ func (db *DB) SetOperatorPassword(ctx context.Context, operadorID, senhaHash, ke
 // session left.
 func (db *DB) ResetOperatorPassword(ctx context.Context, actorID, operadorID, senhaHash string, audit *app.AuditEntry) error {
 	return db.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET senha_hash = ? WHERE id = ?`, senhaHash, true, audit, "")
-}
-
-// Operators implements app.SessionStore.
-func (db *DB) Operators(ctx context.Context) ([]app.Operator, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT id, login, papel, criado_em, ativo FROM operator ORDER BY login`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []app.Operator
-	for rows.Next() {
-		var o app.Operator
-		var criado int64
-		if err := rows.Scan(&o.ID, &o.Login, &o.Papel, &criado, &o.Ativo); err != nil {
-			return nil, err
-		}
-		o.CriadoEm = fromMS(criado)
-		out = append(out, o)
-	}
-	return out, rows.Err()
 }
 
 // SetOperatorActive implements app.SessionStore. The account's sessions go

@@ -128,37 +128,3 @@ func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
 	}
 	return nil
 }
-
-// Circuits implements app.CircuitStore.
-func (db *DB) Circuits(ctx context.Context) ([]app.StoredCircuit, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao
-		FROM circuito ORDER BY integrador_id`)
-	if err != nil {
-		return nil, fmt.Errorf("read circuits: %w", err)
-	}
-	defer rows.Close()
-	var out []app.StoredCircuit
-	for rows.Next() {
-		var c app.StoredCircuit
-		var desde, ate, cooldown int64
-		if err := rows.Scan(&c.Integrador, &c.Aberto, &desde, &ate, &cooldown, &c.Falhas, &c.Origem, &c.Versao); err != nil {
-			return nil, fmt.Errorf("read circuits: %w", err)
-		}
-		if c.Aberto {
-			c.Desde, c.Ate = fromMS(desde), fromMS(ate)
-		}
-		c.Cooldown = time.Duration(cooldown) * time.Millisecond
-		out = append(out, c)
-	}
-	return out, rows.Err()
-}
-
-// CadastroVersion implements app.CadastroVersioner: migration 13's
-// triggers move it.
-func (db *DB) CadastroVersion(ctx context.Context) (int64, error) {
-	var v int64
-	if err := db.read.QueryRowContext(ctx, `SELECT versao FROM cadastro_versao WHERE id = 1`).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read cadastro version: %w", err)
-	}
-	return v, nil
-}

@@ -20,20 +20,6 @@ func (db *DB) InsertToken(ctx context.Context, t app.Token, hash string, audit *
 	})
 }
 
-// TokenByHash implements app.AuthStore.
-func (db *DB) TokenByHash(ctx context.Context, hash string) (app.Token, error) {
-	var t app.Token
-	var papel string
-	var criado int64
-	err := db.read.QueryRow(ctx, `SELECT id, nome, papel, criado_em FROM api_token
-		WHERE hash = $1 AND revogado_em IS NULL`, hash).Scan(&t.ID, &t.Nome, &papel, &criado)
-	if isNoRows(err) {
-		return t, app.ErrNotFound
-	}
-	t.Papel, t.CriadoEm = app.Papel(papel), fromMS(criado)
-	return t, err
-}
-
 // RevokeToken implements app.AuthStore.
 func (db *DB) RevokeToken(ctx context.Context, id string, at time.Time, audit *app.AuditEntry) error {
 	return db.locked(ctx, []lockKey{key("token", id)}, func(tx *wtx) error {
@@ -75,18 +61,4 @@ func (db *DB) InsertOperator(ctx context.Context, actorID string, o app.Operator
 		return tx.audit(audit, ms(db.now()))
 	})
 	return created, err
-}
-
-// OperatorByLogin implements app.AuthStore.
-func (db *DB) OperatorByLogin(ctx context.Context, login string) (app.Operator, string, error) {
-	var o app.Operator
-	var hash, papel string
-	var criado int64
-	err := db.read.QueryRow(ctx, `SELECT id, login, senha_hash, papel, criado_em, ativo FROM operator WHERE login = $1`,
-		login).Scan(&o.ID, &o.Login, &hash, &papel, &criado, &o.Ativo)
-	if isNoRows(err) {
-		return o, "", app.ErrNotFound
-	}
-	o.Papel, o.CriadoEm = app.Papel(papel), fromMS(criado)
-	return o, hash, err
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"geohub/app"
 )
 
@@ -25,56 +23,6 @@ func (db *DB) InsertPortalLink(ctx context.Context, l app.PortalLink, hash strin
 		}
 		return tx.audit(audit, ms(db.now()))
 	})
-}
-
-const portalLinkColumns = `id, integrador_id, criado_em, expira_em, usado_em, revogado_em`
-
-func scanPortalLink(row pgx.Row) (app.PortalLink, error) {
-	var l app.PortalLink
-	var criado, expira int64
-	var usado, revogado *int64
-	if err := row.Scan(&l.ID, &l.Integrador, &criado, &expira, &usado, &revogado); err != nil {
-		return l, err
-	}
-	l.CriadoEm, l.ExpiraEm = fromMS(criado), fromMS(expira)
-	if usado != nil {
-		t := fromMS(*usado)
-		l.UsadoEm = &t
-	}
-	if revogado != nil {
-		t := fromMS(*revogado)
-		l.RevogadoEm = &t
-	}
-	return l, nil
-}
-
-// PortalLinks implements app.PortalStore.
-func (db *DB) PortalLinks(ctx context.Context, integrador string, now time.Time) ([]app.PortalLink, error) {
-	rows, err := db.read.Query(ctx, `SELECT `+portalLinkColumns+` FROM portal_link
-		WHERE integrador_id = $1 AND usado_em IS NULL AND revogado_em IS NULL AND expira_em > $2 ORDER BY criado_em`,
-		integrador, ms(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []app.PortalLink
-	for rows.Next() {
-		l, err := scanPortalLink(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// PortalLinkByHash implements app.PortalStore.
-func (db *DB) PortalLinkByHash(ctx context.Context, hash string) (app.PortalLink, error) {
-	l, err := scanPortalLink(db.read.QueryRow(ctx, `SELECT `+portalLinkColumns+` FROM portal_link WHERE hash = $1`, hash))
-	if isNoRows(err) {
-		return l, app.ErrNotFound
-	}
-	return l, err
 }
 
 // RevokePortalLink implements app.PortalStore.
@@ -126,17 +74,6 @@ func insertPortalSession(tx *wtx, hash, integrador string, criado, expira time.T
 		return err
 	}
 	return tx.audit(audit, at)
-}
-
-// PortalSessionIntegrator implements app.PortalStore.
-func (db *DB) PortalSessionIntegrator(ctx context.Context, hash string, now time.Time) (string, error) {
-	var id string
-	err := db.read.QueryRow(ctx, `SELECT integrador_id FROM portal_session WHERE hash = $1 AND expira_em > $2`,
-		hash, ms(now)).Scan(&id)
-	if isNoRows(err) {
-		return "", app.ErrNotFound
-	}
-	return id, err
 }
 
 // DeletePortalSession implements app.PortalStore.

@@ -3,9 +3,10 @@ package postgres
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"geohub/store/query"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The shared reads (package query) run on the read pool, their
@@ -21,7 +22,7 @@ var dialect = query.Dialect{
 	Join:    "JOIN",
 }
 
-// conn is a pool as query.Conn.
+// conn is the read pool as query.Conn.
 type conn struct{ p *pgxpool.Pool }
 
 func (c conn) Query(ctx context.Context, q string, args ...any) (query.Rows, error) {
@@ -31,3 +32,27 @@ func (c conn) Query(ctx context.Context, q string, args ...any) (query.Rows, err
 func (c conn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
 	return c.p.QueryRow(ctx, query.Numbered(q), args...)
 }
+
+// Snapshot is a read-only REPEATABLE READ transaction: one snapshot for
+// all its statements.
+func (c conn) Snapshot(ctx context.Context, fn func(query.Conn) error) error {
+	tx, err := c.p.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	return fn(txConn{tx})
+}
+
+// txConn is one transaction as query.Conn.
+type txConn struct{ tx pgx.Tx }
+
+func (c txConn) Query(ctx context.Context, q string, args ...any) (query.Rows, error) {
+	return c.tx.Query(ctx, query.Numbered(q), args...)
+}
+
+func (c txConn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
+	return c.tx.QueryRow(ctx, query.Numbered(q), args...)
+}
+
+func (c txConn) Snapshot(_ context.Context, fn func(query.Conn) error) error { return fn(c) }

@@ -31,6 +31,8 @@ type Rows interface {
 type Conn interface {
 	Query(ctx context.Context, sql string, args ...any) (Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) Row
+	// Snapshot runs fn's reads on one snapshot of the database.
+	Snapshot(ctx context.Context, fn func(Conn) error) error
 }
 
 // Dialect is what the shared statements write differently per database.
