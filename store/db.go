@@ -31,9 +31,10 @@ const FileName = "geohub.db"
 
 // DB is an open Geohub database.
 type DB struct {
-	*query.Reads // the queries both dialects share
-	Path         string
-	now          func() time.Time
+	*query.Reads  // the queries both dialects share
+	*query.Writes // and the writes
+	Path          string
+	now           func() time.Time
 
 	write *sql.DB // exactly one connection, owned by the writer goroutine
 	read  *sql.DB
@@ -94,6 +95,7 @@ func Open(ctx context.Context, path string, opt Options) (*DB, error) {
 	r.SetMaxIdleConns(n)
 	db := &DB{Reads: query.NewReads(conn{r}, sqliteDialect), Path: path, now: opt.Now, write: w, read: r,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{})}
+	db.Writes = query.NewWrites(writer{db}, sqliteDialect)
 	if err := db.stmts.prepare(ctx, w); err != nil {
 		db.write.Close()
 		db.read.Close()

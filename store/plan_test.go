@@ -195,18 +195,20 @@ func TestQueryPlans(t *testing.T) {
 			args: []any{"colonia-1", "plano:a", int64(40), ms(ts)}},
 		{name: "SetDLQStatus (writer)", sql: planSetDLQStatusSQL,
 			args: []any{app.DLQResolved, ms(ts), ids.event, "colonia-1"}},
-		// Writer statements (integrators.go).
+		// Writer statements (query/integrators.go).
 		{name: "SetIntegratorAPIKey (writer)", sql: `UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`,
-			file: "integrators.go", args: []any{"hash", ms(ts), "int-1"}},
-		// Writer statements (sessions.go).
-		{name: "SetOperatorRole (writer)", sql: `UPDATE operator SET papel = ? WHERE id = ?`, file: "sessions.go",
+			file: "query/integrators.go", args: []any{"hash", ms(ts), "int-1"}},
+		// Writer statements (query/accounts.go).
+		{name: "SetOperatorRole (writer)", sql: `UPDATE operator SET papel = ? WHERE id = ?`, file: "query/accounts.go",
 			args: []any{"leitor", "op-1"}},
-		{name: "requireActiveAdmin (writer)", sql: `SELECT count(*) FROM operator WHERE id = ? AND ativo = 1 AND papel = 'admin'`,
-			file: "sessions.go", args: []any{"op-1"}},
-		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "sessions.go",
+		{name: "requireActiveAdmin (writer)", sql: `SELECT count(*) FROM operator WHERE id = ? AND ativo = TRUE AND papel = 'admin'`,
+			file: "query/accounts.go", args: []any{"op-1"}},
+		{name: "SetOperatorActive (writer)", sql: `UPDATE operator SET ativo = ? WHERE id = ?`, file: "query/accounts.go",
 			args: []any{false, "op-1"}},
 		{name: "SetOperatorActive sessions (writer)", sql: `DELETE FROM operator_session WHERE operador_id = ?`,
-			file: "sessions.go", args: []any{"op-1"}},
+			file: "query/accounts.go", args: []any{"op-1"}},
+		{name: "InsertSession sweep (writer)", sql: `DELETE FROM operator_session WHERE hash IN (SELECT hash FROM operator_session WHERE expira_em <= ?)`,
+			file: "-", args: []any{ms(ts)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"time"
 
+	"geohub/app"
 	"geohub/store/query"
 )
 
@@ -14,8 +16,10 @@ var sqliteDialect = query.Dialect{
 	Family: func(column, lo, hi string) (string, []any) {
 		return column + " >= ? AND " + column + " < ?", []any{lo, hi}
 	},
-	Indexed: func(table, index string) string { return table + " INDEXED BY " + index },
-	Join:    "CROSS JOIN",
+	Indexed:    func(table, index string) string { return table + " INDEXED BY " + index },
+	Join:       "CROSS JOIN",
+	SkipLocked: "",
+	Least:      "min",
 }
 
 // conn is the read pool as query.Conn.
@@ -66,3 +70,31 @@ func (c txConn) Snapshot(_ context.Context, fn func(query.Conn) error) error { r
 type rows struct{ *sql.Rows }
 
 func (r rows) Close() { r.Rows.Close() }
+
+// The shared writes (package query) run in the one writer; SQLite needs
+// no locks.
+type writer struct{ db *DB }
+
+func (w writer) Write(ctx context.Context, _ query.Op, fn func(query.Tx) error) error {
+	return w.db.do(ctx, func(tx *wtx) error { return fn(qtx{tx, w.db}) })
+}
+
+// qtx is a writer transaction as query.Tx.
+type qtx struct {
+	tx *wtx
+	db *DB
+}
+
+func (t qtx) Exec(q string, args ...any) (int64, error) {
+	res, err := t.tx.Exec(q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t qtx) QueryRow(q string, args ...any) query.Row { return t.tx.QueryRow(q, args...) }
+
+func (t qtx) Audit(e *app.AuditEntry) error { return t.tx.audit(e, ms(t.db.now())) }
+
+func (t qtx) Now() time.Time { return t.db.now() }

@@ -103,28 +103,3 @@ func (db *DB) ClaimReprocess(ctx context.Context, colonia string, at time.Time, 
 	}
 	return wait, nil
 }
-
-// SaveCircuits implements app.CircuitStore.
-func (db *DB) SaveCircuits(ctx context.Context, cs []app.StoredCircuit) error {
-	err := db.do(ctx, func(tx *wtx) error {
-		for _, c := range cs {
-			var desde, ate int64
-			if c.Aberto {
-				desde, ate = ms(c.Desde), ms(c.Ate)
-			}
-			if _, err := tx.Exec(`INSERT INTO circuito (integrador_id, aberto, desde, ate, cooldown_ms, falhas, origem, versao)
-				VALUES (?, ?, ?, ?, ?, ?, ?, 1)
-				ON CONFLICT (integrador_id) DO UPDATE SET aberto = excluded.aberto, desde = excluded.desde,
-					ate = excluded.ate, cooldown_ms = excluded.cooldown_ms, falhas = excluded.falhas,
-					origem = excluded.origem, versao = circuito.versao + 1`,
-				c.Integrador, c.Aberto, desde, ate, c.Cooldown.Milliseconds(), c.Falhas, c.Origem); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("save circuits: %w", err)
-	}
-	return nil
-}

@@ -34,10 +34,11 @@ var Schema string
 
 // DB is an open Geohub database on PostgreSQL.
 type DB struct {
-	*query.Reads // the queries both dialects share
-	now          func() time.Time
-	write        *pgxpool.Pool // one connection, used by the writer goroutine only
-	read         *pgxpool.Pool
+	*query.Reads  // the queries both dialects share
+	*query.Writes // and the writes
+	now           func() time.Time
+	write         *pgxpool.Pool // one connection, used by the writer goroutine only
+	read          *pgxpool.Pool
 
 	ops    chan *op
 	stop   chan struct{}
@@ -163,6 +164,7 @@ func open(ctx context.Context, url string, opt Options, local func() time.Time) 
 	db := &DB{Reads: query.NewReads(conn{r}, dialect), now: opt.Now, write: w, read: r, batchTimeout: opt.BatchTimeout,
 		ops: make(chan *op, opt.MaxBatch), stop: make(chan struct{}), done: make(chan struct{}),
 		offsetClock: offsetClock{local: local}}
+	db.Writes = query.NewWrites(writer{db}, dialect)
 	if err := db.syncClock(ctx); err != nil {
 		r.Close()
 		w.Close()

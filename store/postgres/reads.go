@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"time"
 
+	"geohub/app"
 	"geohub/store/query"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +20,10 @@ var dialect = query.Dialect{
 	Family: func(column, lo, _ string) (string, []any) {
 		return "starts_with(" + column + ", ?)", []any{lo}
 	},
-	Indexed: func(table, _ string) string { return table },
-	Join:    "JOIN",
+	Indexed:    func(table, _ string) string { return table },
+	Join:       "JOIN",
+	SkipLocked: " FOR UPDATE SKIP LOCKED",
+	Least:      "LEAST",
 }
 
 // conn is the read pool as query.Conn.
@@ -56,3 +60,34 @@ func (c txConn) QueryRow(ctx context.Context, q string, args ...any) query.Row {
 }
 
 func (c txConn) Snapshot(_ context.Context, fn func(query.Conn) error) error { return fn(c) }
+
+// The shared writes (package query) run in the writer, holding their
+// locks as advisory keys.
+type writer struct{ db *DB }
+
+func (w writer) Write(ctx context.Context, o query.Op, fn func(query.Tx) error) error {
+	keys := make([]lockKey, len(o.Locks))
+	for i, l := range o.Locks {
+		keys[i] = key(l[0], l[1:]...)
+	}
+	return w.db.submit(ctx, &op{alone: o.Alone, keys: keys, fn: func(tx *wtx) error { return fn(qtx{tx, w.db}) }})
+}
+
+// qtx is a writer transaction as query.Tx.
+type qtx struct {
+	tx *wtx
+	db *DB
+}
+
+func (t qtx) Exec(q string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(t.tx.ctx, query.Numbered(q), args...)
+	return tag.RowsAffected(), err
+}
+
+func (t qtx) QueryRow(q string, args ...any) query.Row {
+	return t.tx.QueryRow(t.tx.ctx, query.Numbered(q), args...)
+}
+
+func (t qtx) Audit(e *app.AuditEntry) error { return t.tx.audit(e, ms(t.db.now())) }
+
+func (t qtx) Now() time.Time { return t.db.now() }

@@ -133,3 +133,88 @@ func (r *Reads) Backlogs(ctx context.Context, ids ...string) (map[string]int, er
 	}
 	return out, rows.Err()
 }
+
+// cadastroLocks are the locks of a change to integrator id's record: its
+// row, and the cadastro's version, which every such change moves (a
+// trigger), so that no batch waits for that row while another holds what
+// it waits for.
+func cadastroLocks(id string) []Lock { return []Lock{{"cadastro"}, {"integrator", id}} }
+
+// InsertIntegrator implements app.IntegratorStore.
+func (w *Writes) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string, audit *app.AuditEntry) error {
+	return w.w.Write(ctx, Op{Locks: cadastroLocks(in.ID)}, func(tx Tx) error {
+		_, err := tx.Exec(`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
+			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, in.Nome, in.CallbackURL, JSONList(in.HostsPermitidos), JSONList(in.Eventos), JSONList(in.Backoff),
+			in.Ativo, in.MotivoInativo, sealedSecret, apiKeyHash, MS(in.CriadoEm), MS(in.AtualizadoEm))
+		if err != nil {
+			return err
+		}
+		return tx.Audit(audit)
+	})
+}
+
+// UpdateIntegrator implements app.IntegratorStore.
+func (w *Writes) UpdateIntegrator(ctx context.Context, in app.Integrator, audit *app.AuditEntry) error {
+	return w.w.Write(ctx, Op{Locks: cadastroLocks(in.ID)}, func(tx Tx) error {
+		// falhando_desde is the dispatcher's to extend; an update only ever
+		// clears it (a reactivation).
+		n, err := tx.Exec(`UPDATE integrator SET nome = ?, callback_url = ?, hosts_permitidos = ?,
+			eventos = ?, backoff = ?, ativo = ?, motivo_inativo = ?, atualizado_em = ?,
+			falhando_desde = CASE WHEN ? THEN NULL ELSE falhando_desde END WHERE id = ?`,
+			in.Nome, in.CallbackURL, JSONList(in.HostsPermitidos), JSONList(in.Eventos), JSONList(in.Backoff),
+			in.Ativo, in.MotivoInativo, MS(in.AtualizadoEm), in.FalhandoDesde == nil, in.ID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return app.ErrNotFound
+		}
+		return tx.Audit(audit)
+	})
+}
+
+// SetIntegratorSecret implements app.IntegratorStore.
+func (w *Writes) SetIntegratorSecret(ctx context.Context, id string, s app.IntegratorSecrets, audit *app.AuditEntry) error {
+	return w.w.Write(ctx, Op{Locks: cadastroLocks(id)}, func(tx Tx) error {
+		n, err := tx.Exec(`UPDATE integrator SET segredo = ?, segredo_anterior = ?,
+			segredo_anterior_ate = ?, atualizado_em = ? WHERE id = ?`,
+			s.Atual, s.Anterior, MS(s.AnteriorAte), MS(tx.Now()), id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return app.ErrNotFound
+		}
+		return tx.Audit(audit)
+	})
+}
+
+// SetIntegratorAPIKey implements app.IntegratorStore. A portal session
+// opened with the replaced key (or any other) ends with it: a leaked key's
+// session must not outlive it.
+//
+// It runs alone on PostgreSQL: api_key_hash is UNIQUE, so updating it
+// locks the row FOR UPDATE, not FOR NO KEY UPDATE, and that conflicts with
+// the FOR KEY SHARE of the foreign-key check of every outbox row inserted
+// for the integrator, which appends take while they hold log_head. In a
+// group commit beside an append, it would hold the row while waiting for
+// log_head, and another replica's append would hold log_head while waiting
+// for the row. Alone, its transaction waits (for the locks, then the row)
+// holding nothing, and once it holds the row it waits for nothing.
+func (w *Writes) SetIntegratorAPIKey(ctx context.Context, id, hash string, audit *app.AuditEntry) error {
+	return w.w.Write(ctx, Op{Locks: cadastroLocks(id), Alone: true}, func(tx Tx) error {
+		n, err := tx.Exec(`UPDATE integrator SET api_key_hash = ?, atualizado_em = ? WHERE id = ?`, hash, MS(tx.Now()), id)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return app.ErrNotFound
+		}
+		if _, err := tx.Exec(`DELETE FROM portal_session WHERE integrador_id = ?`, id); err != nil {
+			return err
+		}
+		return tx.Audit(audit)
+	})
+}

@@ -46,6 +46,12 @@ type Dialect struct {
 	// Join joins in the written order: SQLite's CROSS JOIN, which pins
 	// it; a plain JOIN where the planner orders joins well.
 	Join string
+	// SkipLocked ends a subquery that picks rows to change, so that rows
+	// another transaction holds are passed over: PostgreSQL's FOR UPDATE
+	// SKIP LOCKED; nothing where one writer holds every row.
+	SkipLocked string
+	// Least is the function of the smaller of two values (min, LEAST).
+	Least string
 }
 
 // Reads are the read methods both stores share; each store embeds them.
