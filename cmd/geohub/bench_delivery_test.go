@@ -32,14 +32,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +51,7 @@ import (
 	"github.com/google/uuid"
 
 	"geohub/app"
+	"geohub/store"
 	"geohub/store/storetest"
 )
 
@@ -85,6 +89,8 @@ func BenchmarkDelivery(b *testing.B) {
 		})
 	}
 	run("raw-signed-post", benchDelRawSignedPost)
+	run("raw-insert", func(b *testing.B) benchDelResult { return benchDelResult{benchResult: benchRawBatchedInsert(b)} })
+	run("raw-claim", benchDelRawClaim)
 	run("deliveries", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOwnAggregate) })
 	run("drain", benchDelDrain)
 	run("latency-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOwnAggregate) })
@@ -136,6 +142,14 @@ func benchDelSummary(w io.Writer, r map[string]benchDelResult) {
 		if raw, ok := r["raw-signed-post"]; ok && raw.rate > 0 {
 			fmt.Fprintf(w, "  deliveries while publishing / raw-signed-post = %.2f (bounded by HTTP publish on the same cores; no target)\n",
 				d.rate/raw.rate)
+		}
+		ins, claim, post := r["raw-insert"], r["raw-claim"], r["raw-signed-post"]
+		if ins.rate > 0 && claim.rate > 0 && post.rate > 0 {
+			composed := 1 / (1/ins.rate + 1/claim.rate + 1/post.rate)
+			q := d.rate / composed
+			fmt.Fprintf(w, "  composed ceiling (raw-insert %.0f, raw-claim %.0f, raw-signed-post %.0f): %.0f events/s\n",
+				ins.rate, claim.rate, post.rate, composed)
+			fmt.Fprintf(w, "  deliveries (publish+delivery) / composed ceiling = %.2f (SPEC 12 goal >= 0.60) %s\n", q, verdict(q >= 0.60))
 		}
 	}
 	if res, ok := r["one-aggregate"]; ok {
@@ -459,6 +473,63 @@ func (rc *benchDelReceiver) firstArrival() time.Time {
 // benchDelDrain measures the dispatcher's own capacity: the outbox is
 // filled before the server starts (by the same publisher, in-process), so
 // the server only delivers.
+// benchDelRawClaim is the ceiling of a delivery's database work on
+// SQLite: the outbox filled as for drain, then emptied by bare claims of
+// 32 rows (the oldest due first, with their bodies) and one finishing
+// UPDATE a batch, each its own durable transaction on one connection. No
+// order per aggregate, no leases, no attempts recorded.
+func benchDelRawClaim(b *testing.B) benchDelResult {
+	rc := benchDelNewReceiver()
+	defer rc.srv.Close()
+	dir := b.TempDir()
+	benchFillOutbox(b, testDatabase(b, dir), rc, b.N)
+	db, err := sql.Open(store.DriverName, store.DSN(filepath.Join(dir, store.FileName), false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	const batch = 32
+	ids := make([]any, 0, batch)
+	cpu0, start := benchCPU(), time.Now()
+	b.StartTimer()
+	for done := 0; done < b.N; done += len(ids) {
+		rows, err := db.Query(`UPDATE outbox SET status = 'processando', worker = 'bench', lease_ate = ?
+			WHERE id IN (SELECT id FROM outbox WHERE integrador_id = (SELECT id FROM integrator LIMIT 1)
+				AND status = 'pendente' ORDER BY proxima_tentativa, id LIMIT ?)
+			RETURNING id, (SELECT corpo FROM outbox_corpo WHERE outbox_id = outbox.id)`, time.Now().UnixMilli(), batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = ids[:0]
+		for rows.Next() {
+			var id int64
+			var corpo []byte
+			if err := rows.Scan(&id, &corpo); err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := rows.Err(); err != nil {
+			b.Fatal(err)
+		}
+		if len(ids) == 0 {
+			b.Fatalf("the bare claims found %d rows of %d", done, b.N)
+		}
+		if _, err := db.Exec(`UPDATE outbox SET status = 'entregue', tentativas = tentativas + 1, worker = NULL,
+			lease_ate = NULL, ultimo_status = 204, entregue_em = ? WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`,
+			append([]any{time.Now().UnixMilli()}, ids...)...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	elapsed, cpu := time.Since(start), benchCPU()-cpu0
+	r := benchDelResult{benchResult: benchResult{n: b.N, rate: float64(b.N) / elapsed.Seconds(), cpuUS: benchPerOpUS(cpu, b.N)}}
+	b.ReportMetric(r.rate, "rows/s")
+	b.ReportMetric(r.cpuUS, "cpu-us/op")
+	return r
+}
+
 func benchDelDrain(b *testing.B) benchDelResult {
 	rc := benchDelNewReceiver()
 	defer rc.srv.Close()

@@ -9,7 +9,8 @@ import (
 	"geohub/store/query"
 )
 
-// The shared reads (package query) run on SQLite's read pool.
+// SQLite's side of package query: its dialect, its read pool as a
+// query.Conn and its writer as a query.Writer.
 
 // sqliteDialect writes a type family as a range of the tipo index.
 var sqliteDialect = query.Dialect{

@@ -4,15 +4,15 @@ import (
 	"context"
 	"time"
 
-	"geohub/app"
-	"geohub/store/query"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"geohub/app"
+	"geohub/store/query"
 )
 
-// The shared reads (package query) run on the read pool, their
-// placeholders numbered.
+// PostgreSQL's side of package query: its dialect, its read pool as a
+// query.Conn (placeholders numbered) and its writer as a query.Writer.
 
 // dialect writes a type family with starts_with: a range's order is the
 // database's collation, where ';' may sort before ':'.
