@@ -470,9 +470,6 @@ func (rc *benchDelReceiver) firstArrival() time.Time {
 	return first
 }
 
-// benchDelDrain measures the dispatcher's own capacity: the outbox is
-// filled before the server starts (by the same publisher, in-process), so
-// the server only delivers.
 // benchDelRawClaim is the ceiling of a delivery's database work on
 // SQLite: the outbox filled as for drain, then emptied by bare claims of
 // 32 rows (the oldest due first, with their bodies) and one finishing
@@ -530,6 +527,9 @@ func benchDelRawClaim(b *testing.B) benchDelResult {
 	return r
 }
 
+// benchDelDrain measures the dispatcher's own capacity: the outbox is
+// filled before the server starts (by the same publisher, in-process), so
+// the server only delivers.
 func benchDelDrain(b *testing.B) benchDelResult {
 	rc := benchDelNewReceiver()
 	defer rc.srv.Close()

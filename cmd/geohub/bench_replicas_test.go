@@ -132,13 +132,13 @@ func benchReplicaSummary(w io.Writer, med map[string]benchResult) {
 	}
 }
 
-// benchPGCPU is the CPU time PostgreSQL's processes on this machine have
-// used: each live process's own, and its exited children's as their parent
-// (the postmaster) collected them. A process that exits between the
-// listing and the reading of its parent is counted in neither, so a
-// sample during which the processes changed is taken again. Zero when no
-// server runs here.
-func benchPGCPU() time.Duration {
+// benchPGCPU is the CPU time the PostgreSQL cluster whose postmaster is
+// pid has used on this machine: the postmaster's and its live children's
+// own, and its exited children's as the postmaster collected them. A child
+// that exits between the listing and the reading of the postmaster is
+// counted in neither, so a sample during which the processes changed is
+// taken again; false when none held still or the cluster is not here.
+func benchPGCPU(postmaster int) (time.Duration, bool) {
 	list := func() []string {
 		f, _ := filepath.Glob("/proc/[0-9]*/stat")
 		return f
@@ -146,38 +146,74 @@ func benchPGCPU() time.Duration {
 	for range 10 {
 		files := list()
 		var ticks int64
+		found := false
 		for _, f := range files {
 			raw, err := os.ReadFile(f)
 			if err != nil {
 				continue
 			}
 			s := string(raw)
-			open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-			if open < 0 || close < open || s[open+1:close] != "postgres" {
+			pid, _ := strconv.Atoi(s[:max(strings.IndexByte(s, ' '), 0)])
+			end := strings.LastIndexByte(s, ')')
+			if end < 0 {
 				continue
 			}
-			// After the name: utime, stime, cutime, cstime are fields 14-17.
-			fields := strings.Fields(s[close+1:])
+			// After the name: state, ppid, ...; utime, stime, cutime,
+			// cstime are fields 14-17 of the line.
+			fields := strings.Fields(s[end+1:])
 			if len(fields) < 15 {
 				continue
 			}
+			if ppid, _ := strconv.Atoi(fields[1]); pid != postmaster && ppid != postmaster {
+				continue
+			}
+			found = found || pid == postmaster
 			for _, v := range fields[11:15] {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				ticks += n
 			}
 		}
+		if !found {
+			return 0, false
+		}
 		if slices.Equal(files, list()) {
-			return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+			return time.Duration(ticks) * (time.Second / 100), true // USER_HZ
 		}
 	}
-	return 0
+	return 0, false
 }
 
-// benchPG measures PostgreSQL's CPU over fn and sets it per operation on r.
-func benchPG(b *testing.B, r *benchResult, fn func()) {
-	pg0 := benchPGCPU()
+// benchPostmaster is the pid of the postmaster of d's cluster, 0 when it
+// does not run on this machine: the parent of a backend serving us.
+func benchPostmaster(b *testing.B, d Database) int {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, d.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var backend int
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", backend))
+	if err != nil {
+		return 0 // another machine's
+	}
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
+// benchPG measures d's cluster's CPU over fn and sets it per operation on
+// r, when the cluster runs here and both samples held.
+func benchPG(b *testing.B, d Database, r *benchResult, fn func()) {
+	pm := benchPostmaster(b, d)
+	pg0, ok0 := benchPGCPU(pm)
 	fn()
-	if pg := benchPGCPU() - pg0; pg > 0 && r.n > 0 {
+	pg1, ok1 := benchPGCPU(pm)
+	if pg := pg1 - pg0; ok0 && ok1 && pg > 0 && r.n > 0 {
 		r.pgUS = benchPerOpUS(pg, r.n)
 		b.ReportMetric(r.pgUS, "pg-cpu-us/op")
 	}
@@ -214,7 +250,7 @@ func benchCeilingInsert(b *testing.B) benchResult {
 		payloads[i] = string(benchPayload(i))
 	}
 	var r benchResult
-	benchPG(b, &r, func() {
+	benchPG(b, d, &r, func() {
 		elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(_, i int) error {
 			c := <-conns
 			defer func() { conns <- c }()
@@ -250,7 +286,7 @@ func benchCeilingClaim(b *testing.B) benchResult {
 	}
 	var done atomic.Int64
 	var r benchResult
-	benchPG(b, &r, func() {
+	benchPG(b, d, &r, func() {
 		cpu0, start := benchCPU(), time.Now()
 		var wg sync.WaitGroup
 		for _, c := range conns {
@@ -356,7 +392,7 @@ func benchReplicaPublish(b *testing.B, n int) benchResult {
 		bodies[i] = benchBody(i)
 	}
 	var r benchResult
-	benchPG(b, &r, func() {
+	benchPG(b, d, &r, func() {
 		elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(w, i int) error {
 			return benchPost(client, "http://"+addrs[w%n]+"/api/events", token, bodies[i], http.StatusCreated)
 		})
@@ -386,7 +422,7 @@ func benchReplicaDrain(b *testing.B, n int, analyzed bool) benchResult {
 	benchFillOutbox(b, d, rc, b.N)
 	r := benchResult{n: b.N}
 	var stop func()
-	benchPG(b, &r, func() {
+	benchPG(b, d, &r, func() {
 		cpu0 := benchCPU()
 		b.StartTimer()
 		_, stop = benchReplicas(b, d, n)
@@ -421,7 +457,7 @@ func benchReplicaFlow(b *testing.B, n int) benchResult {
 		bodies[i] = benchBody(i)
 	}
 	r := benchResult{n: b.N}
-	benchPG(b, &r, func() {
+	benchPG(b, d, &r, func() {
 		cpu0, start := benchCPU(), time.Now()
 		benchRun(b, b.N, benchConcurrency, func(w, i int) error {
 			return benchPost(client, "http://"+addrs[w%n]+"/api/events", token, bodies[i], http.StatusCreated)

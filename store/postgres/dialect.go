@@ -24,6 +24,7 @@ var dialect = query.Dialect{
 	Join:       "JOIN",
 	SkipLocked: " FOR UPDATE SKIP LOCKED",
 	Least:      "LEAST",
+	Bytes:      ` COLLATE "C"`,
 }
 
 // conn is the read pool as query.Conn.

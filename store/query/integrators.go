@@ -64,7 +64,7 @@ func JSONList(v []string) string {
 
 // Integrators implements app.IntegratorStore.
 func (r *Reads) Integrators(ctx context.Context) ([]app.Integrator, error) {
-	rows, err := r.c.Query(ctx, `SELECT `+IntegratorColumns+` FROM integrator ORDER BY nome, id`)
+	rows, err := r.c.Query(ctx, `SELECT `+IntegratorColumns+` FROM integrator ORDER BY nome`+r.d.Bytes+`, id`+r.d.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("list integrators: %w", err)
 	}

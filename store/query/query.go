@@ -52,6 +52,9 @@ type Dialect struct {
 	SkipLocked string
 	// Least is the function of the smaller of two values (min, LEAST).
 	Least string
+	// Bytes orders text by its bytes, as SQLite's BINARY collation does,
+	// whatever the database's collation: PostgreSQL's COLLATE "C".
+	Bytes string
 }
 
 // Reads are the read methods both stores share; each store embeds them.

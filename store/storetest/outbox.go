@@ -527,6 +527,46 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 		}
 	})
 
+	// One batch can hold a row twice: the outcome of a lease the worker
+	// lost and that of the lease it claimed again since (it landed within
+	// the round's delay). Only the current lease's outcome applies, in
+	// whichever order they come; both attempts are recorded.
+	t.Run("a batch with a lost lease's outcome and the current one applies the current", func(t *testing.T) {
+		f := fixture(t, 1)
+		ctx := t.Context()
+		now := f.now.Add(time.Second)
+		lease := 30 * time.Second
+		first, err := f.DB.ClaimDeliveries(ctx, "w", now, lease, quota(f.id, 1))
+		if err != nil || len(first) != 1 {
+			t.Fatalf("claim: %+v %v", first, err)
+		}
+		if f.AgeLeases != nil {
+			f.AgeLeases(t, time.Minute)
+		}
+		at := now.Add(time.Minute)
+		if n, err := f.DB.ReapDeliveries(ctx, at, app.MaxQuedas); err != nil || n != 1 {
+			t.Fatalf("reap: %d %v", n, err)
+		}
+		again, err := f.DB.ClaimDeliveries(ctx, "w", at, lease, quota(f.id, 1))
+		if err != nil || len(again) != 1 || again[0].Token == first[0].Token {
+			t.Fatalf("claim again: %+v %v", again, err)
+		}
+		stale := result(first[0], app.EntregaPendente, at.Add(time.Hour))
+		stale.Attempt.EntregaID, stale.UltimoErr = "perdida", "o receptor respondeu 500"
+		current := result(again[0], app.EntregaEntregue, at)
+		current.Attempt.EntregaID = "atual"
+		if _, _, err := f.DB.FinishDeliveries(ctx, []app.DeliveryResult{stale, current}, "w", at, lease, nil); err != nil {
+			t.Fatal(err)
+		}
+		d, attempts, err := f.DB.Delivery(ctx, again[0].ID)
+		if err != nil || d.Status != app.EntregaEntregue || d.UltimoStatus == 500 {
+			t.Fatalf("after a batch of the lost and the current outcome: %+v %v; want entregue by the current", d, err)
+		}
+		if len(attempts) != 2 {
+			t.Fatalf("attempts: %+v; want both recorded", attempts)
+		}
+	})
+
 	// A dead letter's retention counts from when it dead-lettered
 	// (falhou_em): set by the attempt that gave up or by the reaper that
 	// found it poison, cleared by a resend and set again by the next failure.
