@@ -179,11 +179,19 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 	plans := make([]*plannedEvent, len(batch)) // nil: stored before
 	first := make([]bool, len(batch))          // this pending inserts its plan
 	var now time.Time
-	main := func(tx *wtx) error {
+	// The main phase in three steps, each queuing its statements on a pipe
+	// the writer shares among the batch's appends (op.stages): the look-up
+	// of stored events, the aggregates' owners, their sequences.
+	var stored map[string]app.Event
+	var decided bool
+	var owned []*plannedEvent
+	var owners map[*plannedEvent]string
+	lookup := func(tx *wtx, p *pipe) error {
 		now = db.now()
 		clear(out)
 		clear(plans)
 		clear(first)
+		stored, decided, owned, owners = map[string]app.Event{}, false, nil, nil
 		if err := tx.checkCadastro(batch); err != nil {
 			return err
 		}
@@ -193,28 +201,28 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 				ids = append(ids, p.Event.EventID)
 			}
 		}
-		stored := map[string]app.Event{}
 		if len(ids) > 0 {
-			rows, err := tx.Query(tx.ctx, `SELECT `+query.EventColumns+` FROM event_log WHERE event_id = ANY($1)`, ids)
-			if err != nil {
-				return fmt.Errorf("look up events: %w", err)
-			}
-			evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Event, error) { return query.ScanEvent(r) })
-			if err != nil {
-				return fmt.Errorf("look up events: %w", err)
-			}
-			for _, ev := range evs {
-				stored[ev.EventID] = ev
-			}
+			p.query(func(rows pgx.Rows) error {
+				evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Event, error) { return query.ScanEvent(r) })
+				if err != nil {
+					return fmt.Errorf("look up events: %w", err)
+				}
+				for _, ev := range evs {
+					stored[ev.EventID] = ev
+				}
+				return nil
+			}, `SELECT `+query.EventColumns+` FROM event_log WHERE event_id = ANY($1)`, ids)
 		}
-		decided := false
-		for i, p := range batch {
-			if !p.Decides {
+		return nil
+	}
+	plan := func(tx *wtx, p *pipe) error {
+		for i, pe := range batch {
+			if !pe.Decides {
 				continue
 			}
-			if ev, ok := stored[p.Event.EventID]; ok {
+			if ev, ok := stored[pe.Event.EventID]; ok {
 				out[i], decided = app.Stored{Event: ev}, true
-			} else if pl := tx.planned[p.Event.EventID]; pl != nil {
+			} else if pl := tx.planned[pe.Event.EventID]; pl != nil {
 				plans[i], decided = pl, true // an earlier operation of this batch inserts it
 			}
 		}
@@ -224,9 +232,8 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		if err := tx.checkExpected(batch); err != nil {
 			return err
 		}
-		var owned []*plannedEvent
-		for i, p := range batch {
-			id := p.Event.EventID
+		for i, pe := range batch {
+			id := pe.Event.EventID
 			if ev, ok := stored[id]; ok {
 				out[i] = app.Stored{Event: ev}
 				continue
@@ -235,31 +242,33 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 				plans[i] = pl // a duplicate of an event this batch inserts
 				continue
 			}
-			pl := &plannedEvent{op: tx.op, ev: p.Event, full: p.Full, audit: p.Audit, out: p.Outbox}
+			pl := &plannedEvent{op: tx.op, ev: pe.Event, full: pe.Full, audit: pe.Audit, out: pe.Outbox}
 			tx.planned[id], plans[i], first[i] = pl, pl, true
-			if p.Outbox != nil && p.Outbox.NeedsOwner {
+			if pe.Outbox != nil && pe.Outbox.NeedsOwner {
 				owned = append(owned, pl)
 			}
 		}
-		owners := make(map[*plannedEvent]string, len(owned))
-		if len(owned) > 0 {
-			p := &pipe{}
-			for _, pl := range owned {
-				p.queryRow(func(r pgx.Row) error {
-					var owner string
-					err := r.Scan(&owner)
-					if isNoRows(err) {
-						err = nil
-					}
-					owners[pl] = owner
-					return err
-				}, ownerSQL, pl.out.Agregado, pl.out.Claim, ms(now))
-			}
-			if _, err := p.send(tx); err != nil {
-				return fmt.Errorf("read aggregate owner: %w", err)
-			}
+		owners = make(map[*plannedEvent]string, len(owned))
+		for _, pl := range owned {
+			p.queryRow(func(r pgx.Row) error {
+				var owner string
+				err := r.Scan(&owner)
+				if isNoRows(err) {
+					err = nil
+				}
+				owners[pl] = owner
+				if err != nil {
+					return fmt.Errorf("read aggregate owner: %w", err)
+				}
+				return nil
+			}, ownerSQL, pl.out.Agregado, pl.out.Claim, ms(now))
 		}
-		p := &pipe{}
+		return nil
+	}
+	sequences := func(tx *wtx, p *pipe) error {
+		if decided {
+			return nil
+		}
 		for i, pl := range plans {
 			if !first[i] || pl.out == nil {
 				continue
@@ -268,12 +277,13 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 				pl.rows = append(pl.rows, plannedRow{integrador: id})
 			}
 			for j := range pl.rows {
-				p.queryRow(func(r pgx.Row) error { return r.Scan(&pl.rows[j].sequencia) },
-					nextSequenceSQL, pl.rows[j].integrador, pl.out.Agregado)
+				p.queryRow(func(r pgx.Row) error {
+					if err := r.Scan(&pl.rows[j].sequencia); err != nil {
+						return fmt.Errorf("next sequence: %w", err)
+					}
+					return nil
+				}, nextSequenceSQL, pl.rows[j].integrador, pl.out.Agregado)
 			}
-		}
-		if _, err := p.send(tx); err != nil {
-			return fmt.Errorf("next sequence: %w", err)
 		}
 		return nil
 	}
@@ -322,7 +332,7 @@ func (db *DB) Append(ctx context.Context, batch []app.Pending) ([]app.Stored, er
 		}
 		return nil
 	}
-	if err := db.submit(ctx, &op{keys: keys, fn: main, seq: seq}); err != nil {
+	if err := db.submit(ctx, &op{keys: keys, stages: []func(*wtx, *pipe) error{lookup, plan, sequences}, seq: seq}); err != nil {
 		return nil, err
 	}
 	return out, nil
