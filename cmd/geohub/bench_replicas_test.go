@@ -384,17 +384,11 @@ func benchReplicaPublish(b *testing.B, n int) benchResult {
 	d := testDatabase(b, dir)
 	addrs, stop := benchReplicas(b, d, n)
 	defer stop()
-	token := mainToken(b, dir, app.PapelProdutor, "bench")
-	client := benchClient()
-	defer client.CloseIdleConnections()
-	bodies := make([][]byte, b.N)
-	for i := range bodies {
-		bodies[i] = benchBody(i)
-	}
+	publish := benchPublisher(b, dir, addrs)
 	var r benchResult
 	benchPG(b, d, &r, func() {
 		elapsed, cpu, lat := benchRun(b, b.N, benchConcurrency, func(w, i int) error {
-			return benchPost(client, "http://"+addrs[w%n]+"/api/events", token, bodies[i], http.StatusCreated)
+			return publish(w, i)
 		})
 		r = benchReport(b, "events/s", elapsed, cpu, lat)
 	})
@@ -438,6 +432,22 @@ func benchReplicaDrain(b *testing.B, n int, analyzed bool) benchResult {
 	return r
 }
 
+// benchPublisher publishes event i as worker w of 64 HTTP clients, spread
+// over the replicas at addrs, with a produtor token of dir's database; the
+// bodies are built before it returns.
+func benchPublisher(b *testing.B, dir string, addrs []string) func(w, i int) error {
+	token := mainToken(b, dir, app.PapelProdutor, "bench")
+	client := benchClient()
+	b.Cleanup(client.CloseIdleConnections)
+	bodies := make([][]byte, b.N)
+	for i := range bodies {
+		bodies[i] = benchBody(i)
+	}
+	return func(w, i int) error {
+		return benchPost(client, "http://"+addrs[w%len(addrs)]+"/api/events", token, bodies[i], http.StatusCreated)
+	}
+}
+
 // benchReplicaFlow publishes b.N events for one integrator from 64 HTTP
 // clients spread over n replicas while they deliver them: the rate is
 // from the first publish to the last arrival.
@@ -449,18 +459,12 @@ func benchReplicaFlow(b *testing.B, n int) benchResult {
 	benchFillOutbox(b, d, rc, 0)
 	addrs, stop := benchReplicas(b, d, n)
 	defer stop()
-	token := mainToken(b, dir, app.PapelProdutor, "bench")
-	client := benchClient()
-	defer client.CloseIdleConnections()
-	bodies := make([][]byte, b.N)
-	for i := range bodies {
-		bodies[i] = benchBody(i)
-	}
+	publish := benchPublisher(b, dir, addrs)
 	r := benchResult{n: b.N}
 	benchPG(b, d, &r, func() {
 		cpu0, start := benchCPU(), time.Now()
 		benchRun(b, b.N, benchConcurrency, func(w, i int) error {
-			return benchPost(client, "http://"+addrs[w%n]+"/api/events", token, bodies[i], http.StatusCreated)
+			return publish(w, i)
 		})
 		b.StartTimer()
 		rc.wait(b, b.N)
