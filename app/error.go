@@ -93,6 +93,28 @@ var ErrNotFound = errors.New("not found")
 // cadastro again and routes once more; nothing of it was stored.
 var ErrStaleCadastro = errors.New("routed by an older cadastro")
 
+// The words both stores answer with, so that each dialect says them alike.
+var (
+	// ErrStoreClosed answers an operation that reached a store after Close.
+	ErrStoreClosed = Errorf(EUnavailable, "banco de dados fechado")
+	// ErrResendNotFailed refuses to resend a delivery that is not a dead
+	// letter (falhou).
+	ErrResendNotFailed = Errorf(EInvalid, "só entregas falhou podem ser reenviadas")
+	// ErrNoActiveAdmin refuses a change to the accounts by someone who is
+	// no longer an active admin when it commits, and deactivations and role
+	// changes by the server's own operator, which has no account to keep
+	// active.
+	ErrNoActiveAdmin = Errorf(EForbidden, "sua conta não é mais de um administrador ativo")
+)
+
+// PoisonPrefix and PoisonSuffix surround the number of leases a delivery
+// lost in its last error when the reaper dead-letters it as poison: the
+// stores write the number between them in SQL.
+const (
+	PoisonPrefix = "envenenada: a entrega derrubou o worker "
+	PoisonSuffix = " vezes"
+)
+
 // Public is err as a client sees it, the same on the API and in the
 // console: an *Error keeps its code and words; a missing row is 404; a
 // request that was cancelled or ran out of time is 503; anything else is

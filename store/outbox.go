@@ -304,11 +304,9 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 		res, err := tx.Exec(`UPDATE outbox SET
 				quedas = quedas + 1, lease_ate = NULL, worker = NULL, lease_token = NULL,
 				status = CASE WHEN quedas + 1 >= ?1 THEN 'falhou' ELSE 'pendente' END,
-				ultimo_erro = CASE WHEN quedas + 1 >= ?1
-					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
-					ELSE ultimo_erro END,
+				ultimo_erro = CASE WHEN quedas + 1 >= ?1 THEN ?3 || (quedas + 1) || ?4 ELSE ultimo_erro END,
 				falhou_em = CASE WHEN quedas + 1 >= ?1 THEN ?2 END
-			WHERE status = 'processando' AND lease_ate < ?2`, maxQuedas, ms(now))
+			WHERE status = 'processando' AND lease_ate < ?2`, maxQuedas, ms(now), app.PoisonPrefix, app.PoisonSuffix)
 		if err != nil {
 			return fmt.Errorf("reap deliveries: %w", err)
 		}
@@ -479,7 +477,7 @@ const (
 // ResendAll implements app.OutboxStore: only dead letters are resent.
 func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, int, error) {
 	if status != app.EntregaFalhou {
-		return 0, 0, app.Errorf(app.EInvalid, "só entregas falhou podem ser reenviadas")
+		return 0, 0, app.ErrResendNotFailed
 	}
 	var n, purged int64
 	err := db.do(ctx, func(tx *wtx) error {

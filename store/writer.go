@@ -46,9 +46,6 @@ func (t *wtx) stmt(s *sql.Stmt) *sql.Stmt {
 	return b
 }
 
-// errClosed answers operations that arrive after Close.
-var errClosed = app.Errorf(app.EUnavailable, "banco de dados fechado")
-
 // do queues fn for the next group commit and waits for its outcome. Once
 // queued, it waits even if ctx ends: the writer skips an operation whose
 // context ended before it ran, and an operation already running writes into
@@ -56,14 +53,14 @@ var errClosed = app.Errorf(app.EUnavailable, "banco de dados fechado")
 func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 	select {
 	case <-db.stop:
-		return errClosed
+		return app.ErrStoreClosed
 	default:
 	}
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {
 	case db.ops <- o:
 	case <-db.stop:
-		return errClosed
+		return app.ErrStoreClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -76,7 +73,7 @@ func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
 		case err := <-o.done:
 			return storageError(err)
 		default:
-			return errClosed
+			return app.ErrStoreClosed
 		}
 	}
 }

@@ -590,12 +590,11 @@ func (db *DB) ReapDeliveries(ctx context.Context, now time.Time, maxQuedas int) 
 		tag, err := tx.Exec(tx.ctx, `UPDATE outbox SET
 				quedas = quedas + 1, lease_ate = NULL, worker = NULL, lease_token = NULL,
 				status = CASE WHEN quedas + 1 >= $1::integer THEN 'falhou' ELSE 'pendente' END,
-				ultimo_erro = CASE WHEN quedas + 1 >= $1::integer
-					THEN 'envenenada: a entrega derrubou o worker ' || (quedas + 1) || ' vezes'
+				ultimo_erro = CASE WHEN quedas + 1 >= $1::integer THEN $3::text || (quedas + 1) || $4::text
 					ELSE ultimo_erro END,
 				falhou_em = CASE WHEN quedas + 1 >= $1::integer THEN $2::bigint END
 			WHERE id IN (SELECT id FROM outbox WHERE status = 'processando' AND lease_ate < `+dbNowMS+`
-				FOR NO KEY UPDATE SKIP LOCKED)`, maxQuedas, ms(now))
+				FOR NO KEY UPDATE SKIP LOCKED)`, maxQuedas, ms(now), app.PoisonPrefix, app.PoisonSuffix)
 		if err != nil {
 			return fmt.Errorf("reap deliveries: %w", err)
 		}
@@ -731,7 +730,7 @@ const (
 // ResendAll implements app.OutboxStore: only dead letters are resent.
 func (db *DB) ResendAll(ctx context.Context, integrador, status string, now time.Time, audit *app.AuditEntry) (int, int, error) {
 	if status != app.EntregaFalhou {
-		return 0, 0, app.Errorf(app.EInvalid, "só entregas falhou podem ser reenviadas")
+		return 0, 0, app.ErrResendNotFailed
 	}
 	var n, purged int64
 	err := db.do(ctx, func(tx *wtx) error {

@@ -196,9 +196,6 @@ func key(class string, parts ...string) lockKey {
 	return lockKey(h.Sum64())
 }
 
-// errClosed answers operations that arrive after Close.
-var errClosed = app.Errorf(app.EUnavailable, "banco de dados fechado")
-
 // do queues fn for the next group commit and waits for its outcome, as
 // package store's do does: once queued, it waits even if ctx ends.
 func (db *DB) do(ctx context.Context, fn func(tx *wtx) error) error {
@@ -213,7 +210,7 @@ func (db *DB) locked(ctx context.Context, keys []lockKey, fn func(tx *wtx) error
 func (db *DB) submit(ctx context.Context, o *op) error {
 	select {
 	case <-db.stop:
-		return errClosed
+		return app.ErrStoreClosed
 	default:
 	}
 	o.ctx, o.done = ctx, make(chan error, 1)
@@ -223,7 +220,7 @@ func (db *DB) submit(ctx context.Context, o *op) error {
 	select {
 	case db.ops <- o:
 	case <-db.stop:
-		return errClosed
+		return app.ErrStoreClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -235,7 +232,7 @@ func (db *DB) submit(ctx context.Context, o *op) error {
 		case err := <-o.done:
 			return storageError(err)
 		default:
-			return errClosed
+			return app.ErrStoreClosed
 		}
 	}
 }

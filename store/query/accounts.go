@@ -86,7 +86,7 @@ func (w *Writes) ResetOperatorPassword(ctx context.Context, actorID, operadorID,
 // later reactivation.
 func (w *Writes) SetOperatorActive(ctx context.Context, actorID, operadorID string, ativo bool, audit *app.AuditEntry) error {
 	if actorID == "" {
-		return errNoActor
+		return app.ErrNoActiveAdmin
 	}
 	return w.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET ativo = ? WHERE id = ?`, ativo, true, audit, "ativo")
 }
@@ -95,7 +95,7 @@ func (w *Writes) SetOperatorActive(ctx context.Context, actorID, operadorID stri
 // reads the role afresh.
 func (w *Writes) SetOperatorRole(ctx context.Context, actorID, operadorID string, papel app.Papel, audit *app.AuditEntry) error {
 	if actorID == "" {
-		return errNoActor
+		return app.ErrNoActiveAdmin
 	}
 	return w.changeOperator(ctx, actorID, operadorID, `UPDATE operator SET papel = ? WHERE id = ?`, string(papel), false, audit, "papel")
 }
@@ -148,10 +148,6 @@ func (w *Writes) changeOperator(ctx context.Context, actorID, operadorID, update
 	})
 }
 
-// errNoActor: deactivations and role changes are an admin's, never the
-// server's own (which has no account to keep active).
-var errNoActor = app.Errorf(app.EForbidden, "sua conta não é mais de um administrador ativo")
-
 // requireActiveAdmin refuses a change to the accounts unless actorID is
 // still an active admin inside the transaction that makes it (which holds
 // the accounts lock).
@@ -162,7 +158,7 @@ func requireActiveAdmin(tx Tx, actorID string) error {
 		return err
 	}
 	if admins == 0 {
-		return errNoActor
+		return app.ErrNoActiveAdmin
 	}
 	return nil
 }

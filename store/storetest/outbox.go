@@ -139,7 +139,8 @@ func OutboxConformance(t *testing.T, open func(t *testing.T) OutboxUnderTest) {
 			}
 		}
 		page, _, _ := f.DB.Deliveries(ctx, app.DeliveryFilter{Limite: 10})
-		if d := page[0]; d.Status != app.EntregaFalhou || d.Quedas != app.MaxQuedas || d.UltimoErro == "" {
+		if d := page[0]; d.Status != app.EntregaFalhou || d.Quedas != app.MaxQuedas ||
+			d.UltimoErro != fmt.Sprint(app.PoisonPrefix, app.MaxQuedas, app.PoisonSuffix) {
 			t.Fatalf("after %d crashes: %+v", app.MaxQuedas, d)
 		}
 	})
