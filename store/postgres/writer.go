@@ -28,10 +28,15 @@ import (
 //     aggregate's owner and sequences, the accounts): every writer of
 //     those rows declares it, so no statement of the batch then waits for
 //     another replica on them.
-//  2. main: each operation's fn, in arrival order, each in a savepoint
-//     when the batch runs isolated. What they lock beyond their keys they
-//     lock without waiting (SKIP LOCKED, pg_try_advisory_xact_lock) or on
-//     rows of their own (a row just inserted).
+//  2. main: the staged operations' steps (the appends', op.stages), each
+//     step of all of them on one pipe, then each other operation's fn, in
+//     arrival order; isolated, every operation in arrival order in its own
+//     savepoint. What they lock beyond their keys they lock without
+//     waiting (SKIP LOCKED, pg_try_advisory_xact_lock) or on rows of their
+//     own (a row just inserted). The operations of one batch are
+//     concurrent, so running the appends' steps first is one of the orders
+//     they could have had: a cadastro change batched with a publish may
+//     commit with it either before or after (checkCadastro).
 //  3. late: attempt_head's row lock, then the operations' attempts
 //     (op.late), so attempt ids are given in commit order.
 //  4. seq: log_head's row lock, then the operations' appends (op.seq),
@@ -62,12 +67,14 @@ type op struct {
 	// runs. The steps of the batch's staged operations share one pipe a
 	// step, in arrival order: a batch of appends takes a round trip a step,
 	// not one a step and operation (issue 28: 0.7 ms an append in a busy
-	// writer, most of its transaction). Isolated, each operation runs its
-	// own steps in its savepoint.
+	// writer, most of its transaction). Not isolated, they run before the
+	// batch's fn operations; isolated, each operation runs its own steps
+	// in its savepoint, in arrival order.
 	stages []func(tx *wtx, p *pipe) error
 	// late and seq queue statements for the late and seq phases (nil:
-	// none). They run only when fn succeeded; a failure of theirs rolls the
-	// batch back, answers this operation and runs the others again.
+	// none). They run only when the main phase (fn or stages) succeeded;
+	// a failure of theirs rolls the batch back, answers this operation and
+	// runs the others again.
 	late func(tx *wtx, p *pipe) error
 	seq  func(tx *wtx, p *pipe) error
 	// alone runs the operation in a transaction of its own, never batched:
