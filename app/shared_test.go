@@ -151,14 +151,22 @@ func TestSharedStateHoldsAcrossReplicas(t *testing.T) {
 	})
 
 	t.Run("a circuit opened by one replica is open on the other, with the same cooldown", func(t *testing.T) {
-		// A's requests fail, B's would succeed: B's breaker can only open
-		// by adopting A's.
+		// A's requests fail; B's are held until the end, then succeed: B's
+		// breaker can only open by adopting A's. (Answered at once, a
+		// request B sent before it adopted the circuit would close it
+		// again when its success landed, as any success does.)
+		held := make(chan struct{})
 		rc := newReceiver(t, func(_ int, r *http.Request) int {
 			if strings.Contains(r.UserAgent(), "replica-b") {
+				select {
+				case <-held:
+				case <-r.Context().Done():
+				}
 				return http.StatusNoContent
 			}
 			return http.StatusInternalServerError
 		})
+		t.Cleanup(func() { close(held) }) // before the receiver closes, which waits for its handlers
 		in, err := a.Integrators.Create(ctx, app.NewIntegrator{Nome: "CAD falhando", CallbackURL: rc.URL + "/geohub/eventos",
 			HostsPermitidos: []string{"127.0.0.1"}})
 		if err != nil {
