@@ -39,10 +39,7 @@ func scanDLQ(row Row) (app.DLQEntry, error) {
 		return e, err
 	}
 	e.UltimaTentativa, e.CriadoEm = FromMS(ultima), FromMS(criado)
-	if resolvido.Valid {
-		t := FromMS(resolvido.Int64)
-		e.ResolvidoEm = &t
-	}
+	e.ResolvidoEm = fromNullMS(resolvido)
 	return e, nil
 }
 

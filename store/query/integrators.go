@@ -31,14 +31,8 @@ func ScanIntegrator(row Row) (app.Integrator, error) {
 		return in, err
 	}
 	in.CriadoEm, in.AtualizadoEm = FromMS(criado), FromMS(atualizado)
-	if sucesso.Valid {
-		t := FromMS(sucesso.Int64)
-		in.UltimoSucesso = &t
-	}
-	if falhando.Valid {
-		t := FromMS(falhando.Int64)
-		in.FalhandoDesde = &t
-	}
+	in.UltimoSucesso = fromNullMS(sucesso)
+	in.FalhandoDesde = fromNullMS(falhando)
 	for _, f := range []struct {
 		raw string
 		dst *[]string

@@ -38,10 +38,7 @@ func ScanDelivery(row Row, withBody bool) (app.Delivery, error) {
 	}
 	d.ProximaTentativa, d.CriadoEm = FromMS(proxima), FromMS(criado)
 	d.UltimoStatus = int(ultimo.Int64)
-	if entregue.Valid {
-		t := FromMS(entregue.Int64)
-		d.EntregueEm = &t
-	}
+	d.EntregueEm = fromNullMS(entregue)
 	return d, nil
 }
 

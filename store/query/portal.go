@@ -22,14 +22,8 @@ func scanPortalLink(row Row) (app.PortalLink, error) {
 		return l, err
 	}
 	l.CriadoEm, l.ExpiraEm = FromMS(criado), FromMS(expira)
-	if usado.Valid {
-		t := FromMS(usado.Int64)
-		l.UsadoEm = &t
-	}
-	if revogado.Valid {
-		t := FromMS(revogado.Int64)
-		l.RevogadoEm = &t
-	}
+	l.UsadoEm = fromNullMS(usado)
+	l.RevogadoEm = fromNullMS(revogado)
 	return l, nil
 }
 

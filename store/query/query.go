@@ -9,6 +9,7 @@ package query
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 	"time"
@@ -97,6 +98,15 @@ func MS(t time.Time) int64 { return t.UnixMilli() }
 
 // FromMS is MS's inverse, in UTC.
 func FromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// fromNullMS is FromMS of a column that may be NULL: nil for NULL.
+func fromNullMS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := FromMS(v.Int64)
+	return &t
+}
 
 // Collect reads every row with scan into a slice, never nil, and closes
 // rows.
