@@ -159,11 +159,19 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// prefetch is how many deliveries, per integrator and in all, a claim may
-// hold counting those on the wire, as a multiple of the in-flight limits: a
-// freed slot is refilled at once from what is held, while the outcomes that
-// freed it are recorded and new rows claimed in the background.
-const prefetch = 3
+// A freed slot is refilled at once from the rows a claim holds, while the
+// outcomes that freed it are recorded and new rows claimed in the
+// background. An integrator's rows held, counting those on the wire, are
+// as many as its requests will take while a round commits, between
+// minPrefetch and maxPrefetch times its in-flight limit (see depth): a
+// fast receiver empties a shallow queue before the round is back, and
+// the wire waits (SQLite's publish+delivery ran at 0.7 of what a queue
+// ten deep gives, PostgreSQL's drain at 0.4 with 1 ms to the database),
+// while a slow one would hold rows that another replica could be sending.
+const (
+	minPrefetch = 3
+	maxPrefetch = 10
+)
 
 // Outcomes are recorded in rounds of at least half the in-flight limit, or
 // after roundDelay, or at once when nothing is held to send: a commit costs
@@ -183,6 +191,10 @@ type dispatch struct {
 	leases   map[int64]*lease
 	renewing bool             // a renewal (and reap) runs in the background
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
+	// roundTook and answerTook are moving averages of how long a round
+	// takes and, per integrator, an attempt: they size the queues (depth).
+	roundTook  time.Duration
+	answerTook map[string]time.Duration
 	// recording is true while a FinishDeliveries (or a claim) runs in the
 	// background; one at a time, so outcomes batch up behind it.
 	recording bool
@@ -340,7 +352,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer d.followShared(ctx)() // what other replicas change: circuits, the cadastro
 	st := &dispatch{inFlight: map[string]int{}, sending: map[int64]bool{}, queued: map[string][]heldRow{},
-		leases: map[int64]*lease{}, wantClaim: true, flush: time.NewTimer(roundDelay)}
+		leases: map[int64]*lease{}, answerTook: map[string]time.Duration{}, wantClaim: true, flush: time.NewTimer(roundDelay)}
 	st.flush.Stop()
 	defer st.flush.Stop()
 	results := make(chan DeliveryResult, d.MaxInFlight)
@@ -465,7 +477,30 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 		d.trip(r.Integrador, r.ID, r.Kind.Failed(), r.Kind == ResultNoAnswer, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
 	d.Metrics.delivered(r)
+	if r.Kind.OfReceiver() {
+		st.answerTook[r.Integrador] = average(st.answerTook[r.Integrador], time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)
+	}
 	st.outcomes = append(st.outcomes, r)
+}
+
+// average moves a moving average a tenth of the way to sample.
+func average(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return sample
+	}
+	return avg + (sample-avg)/10
+}
+
+// depth is how many rows an integrator whose limit is n may hold: what its
+// requests take while a round commits, past those on the wire, within
+// minPrefetch and maxPrefetch times n. An attempt is counted as 1 ms at
+// least (loopback answers in less, and DuracaoMS rounds down).
+func (st *dispatch) depth(id string, n int) int {
+	k := minPrefetch
+	if took := max(st.answerTook[id], time.Millisecond); st.roundTook > 0 {
+		k = max(k, min(maxPrefetch, 1+int(st.roundTook/took)))
+	}
+	return k * n
 }
 
 // pump sends held rows into free slots, integrators in turn. The rows of an
@@ -570,6 +605,7 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 // settle takes a background round's result: the claimed rows join the
 // queue, and an integrator failing long enough is disabled.
 func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer *time.Timer) {
+	st.roundTook = average(st.roundTook, d.Monotonic().Sub(rec.from))
 	if rec.err != nil {
 		d.Logger.Error("record delivery outcomes", "err", rec.err, "n", len(rec.batch))
 		// Whether the round committed is not known (the link may have
@@ -697,14 +733,14 @@ func (d *Dispatcher) limit(id string, now time.Time) (n int, probe bool, reopen 
 }
 
 // room is how many more rows an integrator may hold, on the wire or
-// claimed ahead: prefetch times its limit, and a probe is one request.
+// claimed ahead: its depth, and a probe is one request.
 func (d *Dispatcher) room(st *dispatch, id string, now time.Time) (int, time.Time) {
 	n, probe, reopen := d.limit(id, now)
 	held := st.inFlight[id] + len(st.queued[id])
 	if probe {
 		return 1 - held, reopen
 	}
-	return prefetch*n - held, reopen
+	return st.depth(id, n) - held, reopen
 }
 
 // arm sets the loop's timer to fire after wait.
@@ -745,12 +781,12 @@ func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool, clai
 
 // quotas shares the room for claims among the active integrators that may
 // be claimed now, one row each in turn (starting with a different one each
-// time), so one backlog never takes them all. In all, at most prefetch times
+// time), so one backlog never takes them all. In all, at most maxPrefetch times
 // MaxInFlight rows are held.
 func (d *Dispatcher) quotas(st *dispatch) []Quota {
 	now := d.Now()
 	ids := d.Integrators.activeIDs()
-	free := prefetch*d.MaxInFlight - st.total - st.nQueued
+	free := maxPrefetch*d.MaxInFlight - st.total - st.nQueued
 	if len(ids) == 0 || free <= 0 {
 		return nil
 	}

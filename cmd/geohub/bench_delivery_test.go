@@ -289,6 +289,15 @@ func (rc *benchDelReceiver) wait(b *testing.B, n int) {
 	}
 }
 
+// reset forgets every arrival.
+func (rc *benchDelReceiver) reset() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.arrivals = map[string]time.Time{}
+	rc.count.Store(0)
+	rc.dups.Store(0)
+}
+
 // lastArrival is the latest first-arrival time.
 func (rc *benchDelReceiver) lastArrival() time.Time {
 	rc.mu.Lock()
@@ -479,7 +488,7 @@ func benchDelRawClaim(b *testing.B) benchDelResult {
 	rc := benchDelNewReceiver()
 	defer rc.srv.Close()
 	dir := b.TempDir()
-	benchFillOutbox(b, testDatabase(b, dir), rc, b.N)
+	benchFillOutbox(b, testDatabase(b, dir), rc, 0, b.N)
 	db, err := sql.Open(store.DriverName, store.DSN(filepath.Join(dir, store.FileName), false))
 	if err != nil {
 		b.Fatal(err)
@@ -535,7 +544,7 @@ func benchDelDrain(b *testing.B) benchDelResult {
 	defer rc.srv.Close()
 	dir := b.TempDir()
 	ctx := context.Background()
-	benchFillOutbox(b, testDatabase(b, dir), rc, b.N)
+	benchFillOutbox(b, testDatabase(b, dir), rc, 0, b.N)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	m := &Main{Config: Config{Data: dir, DB: testDatabase(b, dir).URL, MasterKeyFile: testDatabase(b, dir).MasterKeyFile, Addr: "127.0.0.1:0", InsecureCallbacks: true, LogLevel: "error"},

@@ -44,6 +44,9 @@ import (
 //	drain-rN         the outbox of one integrator filled before the replicas start:
 //	                 they only deliver (first arrival to last)
 //	drain-analyzed   drain-r1 on an outbox ANALYZEd while empty, as an idle one is
+//	drain-history    drain-r1 on an outbox that delivered 40,000 rows before
+//	drain-backup     drain-history with a snapshot held throughout, as a pg_dump holds
+//	                 one: no dead tuple can be vacuumed
 //	flow-rN          64 HTTP clients publish for one integrator while the N replicas
 //	                 deliver (first publish to last arrival)
 //
@@ -66,9 +69,11 @@ func BenchmarkReplicas(b *testing.B) {
 	arm("ceiling-post", func(b *testing.B) benchResult { return benchDelRawSignedPost(b).benchResult })
 	for _, n := range []int{1, 2, 3} {
 		arm(fmt.Sprintf("publish-r%d", n), func(b *testing.B) benchResult { return benchReplicaPublish(b, n) })
-		arm(fmt.Sprintf("drain-r%d", n), func(b *testing.B) benchResult { return benchReplicaDrain(b, n, false) })
+		arm(fmt.Sprintf("drain-r%d", n), func(b *testing.B) benchResult { return benchReplicaDrain(b, n, drainFresh) })
 	}
-	arm("drain-analyzed", func(b *testing.B) benchResult { return benchReplicaDrain(b, 1, true) })
+	arm("drain-analyzed", func(b *testing.B) benchResult { return benchReplicaDrain(b, 1, drainAnalyzed) })
+	arm("drain-history", func(b *testing.B) benchResult { return benchReplicaDrain(b, 1, drainHistory) })
+	arm("drain-backup", func(b *testing.B) benchResult { return benchReplicaDrain(b, 1, drainBackup) })
 	for _, n := range []int{1, 3} {
 		arm(fmt.Sprintf("flow-r%d", n), func(b *testing.B) benchResult { return benchReplicaFlow(b, n) })
 	}
@@ -82,7 +87,7 @@ func BenchmarkReplicas(b *testing.B) {
 func benchReplicaSummary(w io.Writer, med map[string]benchResult) {
 	fmt.Fprintln(w, "\nsummary (PostgreSQL, synchronous_commit=on; replicas in one process on this machine):")
 	names := []string{"ceiling-insert", "ceiling-claim", "ceiling-post", "publish-r1", "publish-r2", "publish-r3",
-		"drain-r1", "drain-r2", "drain-r3", "drain-analyzed", "flow-r1", "flow-r3"}
+		"drain-r1", "drain-r2", "drain-r3", "drain-analyzed", "drain-history", "drain-backup", "flow-r1", "flow-r3"}
 	for _, name := range names {
 		if r, ok := med[name]; ok {
 			fmt.Fprintf(w, "  %-15s %8.0f ops/s  %6.0f cpu-us/op  %6.0f pg-cpu-us/op  (N=%d)\n", name, r.rate, r.cpuUS, r.pgUS, r.n)
@@ -129,6 +134,11 @@ func benchReplicaSummary(w io.Writer, med map[string]benchResult) {
 	}
 	if has("drain-analyzed", "drain-r1") {
 		goal("drain-analyzed / drain-r1", med["drain-analyzed"].rate/med["drain-r1"].rate, 0.8, false)
+	}
+	for _, a := range []string{"drain-history", "drain-backup"} {
+		if has(a, "drain-r1") {
+			fmt.Fprintf(w, "  %-52s = %5.2f\n", a+" / drain-r1", med[a].rate/med["drain-r1"].rate)
+		}
 	}
 }
 
@@ -272,7 +282,7 @@ func benchCeilingClaim(b *testing.B) benchResult {
 	rc := benchDelNewReceiver()
 	defer rc.srv.Close()
 	d := testDatabase(b, b.TempDir())
-	benchFillOutbox(b, d, rc, b.N)
+	benchFillOutbox(b, d, rc, 0, b.N)
 	ctx := context.Background()
 	const workers, batch = 4, 32
 	var conns []*pgx.Conn
@@ -395,25 +405,57 @@ func benchReplicaPublish(b *testing.B, n int) benchResult {
 	return r
 }
 
-// benchReplicaDrain fills the outbox, then times n replicas delivering it;
-// analyzed has the outbox's statistics taken while it was empty first.
-func benchReplicaDrain(b *testing.B, n int, analyzed bool) benchResult {
+// drainOutbox is what the outbox holds before the drain arms fill it.
+type drainOutbox int
+
+const (
+	drainFresh    drainOutbox = iota // nothing
+	drainAnalyzed                    // nothing, with statistics taken while empty, as an idle outbox's are
+	// drainHistory: drainHistoryRows rows delivered before, with their
+	// attempts and the dead tuples their claims and finishes left.
+	drainHistory
+	// drainBackup: drainHistory's, with a REPEATABLE READ snapshot held
+	// from before the history was delivered to the end of the drain, as a
+	// pg_dump holds one: no dead tuple of the history or of the drain
+	// itself can be vacuumed, the worst case for SKIP LOCKED's scans.
+	drainBackup
+)
+
+// drainHistoryRows is how many delivered rows drainHistory starts with:
+// ten times the benchmark's 4,000.
+const drainHistoryRows = 40_000
+
+// benchReplicaDrain fills the outbox, then times n replicas delivering it.
+func benchReplicaDrain(b *testing.B, n int, before drainOutbox) benchResult {
 	rc := benchDelNewReceiver()
 	defer rc.srv.Close()
 	d := testDatabase(b, b.TempDir())
-	if analyzed {
+	ctx := context.Background()
+	from := 0
+	switch before {
+	case drainAnalyzed:
 		benchMigrate(b, d)
-		c, err := pgx.Connect(context.Background(), d.URL)
-		if err != nil {
-			b.Fatal(err)
+		benchPGExec(b, d, "ANALYZE")
+	case drainHistory, drainBackup:
+		benchMigrate(b, d)
+		if before == drainBackup {
+			c, err := pgx.Connect(ctx, d.URL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox"); err != nil {
+				b.Fatal(err)
+			}
 		}
-		_, err = c.Exec(context.Background(), "ANALYZE")
-		c.Close(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
+		benchFillOutbox(b, d, rc, 0, drainHistoryRows)
+		_, stop := benchReplicas(b, d, 1)
+		rc.wait(b, drainHistoryRows)
+		stop()
+		rc.reset()
+		from = drainHistoryRows
 	}
-	benchFillOutbox(b, d, rc, b.N)
+	benchFillOutbox(b, d, rc, from, b.N)
 	r := benchResult{n: b.N}
 	var stop func()
 	benchPG(b, d, &r, func() {
@@ -430,6 +472,19 @@ func benchReplicaDrain(b *testing.B, n int, analyzed bool) benchResult {
 	b.ReportMetric(r.rate, "deliveries/s")
 	b.ReportMetric(r.cpuUS, "cpu-us/op")
 	return r
+}
+
+// benchPGExec runs sql on d's database.
+func benchPGExec(b *testing.B, d Database, sql string) {
+	b.Helper()
+	c, err := pgx.Connect(context.Background(), d.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(context.Background(), sql); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // benchPublisher publishes event i as worker w of 64 HTTP clients, spread
@@ -456,7 +511,7 @@ func benchReplicaFlow(b *testing.B, n int) benchResult {
 	defer rc.srv.Close()
 	dir := b.TempDir()
 	d := testDatabase(b, dir)
-	benchFillOutbox(b, d, rc, 0)
+	benchFillOutbox(b, d, rc, 0, 0)
 	addrs, stop := benchReplicas(b, d, n)
 	defer stop()
 	publish := benchPublisher(b, dir, addrs)
@@ -477,11 +532,11 @@ func benchReplicaFlow(b *testing.B, n int) benchResult {
 	return r
 }
 
-// benchFillOutbox publishes n events, each in an aggregate of its own, for
-// one integrator whose callback is rc, through the service graph serve
+// benchFillOutbox publishes events from to from+n-1, each in an aggregate of
+// its own, for one integrator whose callback is rc (created when from is 0), through the service graph serve
 // builds with its dispatcher left stopped: the outbox holds n pending
 // deliveries when it returns. The timer is stopped.
-func benchFillOutbox(b *testing.B, d Database, rc *benchDelReceiver, n int) {
+func benchFillOutbox(b *testing.B, d Database, rc *benchDelReceiver, from, n int) {
 	b.Helper()
 	b.StopTimer()
 	ctx := context.Background()
@@ -501,12 +556,14 @@ func benchFillOutbox(b *testing.B, d Database, rc *benchDelReceiver, n int) {
 	if _, _, err := app.RegisterBuiltinTypes(ctx, svc.Registry); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := svc.Integrators.Create(ctx, app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
-		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}}); err != nil {
-		b.Fatal(err)
+	if from == 0 {
+		if _, err := svc.Integrators.Create(ctx, app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
+			HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	benchRun(b, n, benchConcurrency, func(_, i int) error {
-		_, _, err := svc.Publisher.Publish(ctx, benchRequest(i))
+		_, _, err := svc.Publisher.Publish(ctx, benchRequest(from+i))
 		return err
 	})
 	b.StopTimer()

@@ -486,3 +486,16 @@ CREATE TRIGGER circuito_compartilhado AFTER INSERT OR UPDATE OR DELETE ON circui
 DROP INDEX outbox_status_idx;
 DROP INDEX outbox_integrador_criado_idx;
 CREATE INDEX outbox_assentadas_criado_idx ON outbox (integrador_id, criado_em) WHERE status IN ('entregue', 'falhou');
+
+-- migration: 11
+
+-- Every delivery leaves two dead versions of its outbox row (the claim's
+-- and the finish's), and the claim's searches of pending rows step over
+-- their index entries until a vacuum removes them: an outbox with 40,000
+-- deliveries not yet vacuumed drained at 0.85 of a vacuumed one (issue
+-- 28, drain-history). By default autovacuum waits for a fifth of the
+-- table to be dead, which for a week of delivered rows kept (the body
+-- retention) is tens of thousands of versions; a hundredth keeps them a
+-- few thousand. Delivered rows themselves cost the claim nothing once
+-- vacuumed: it reads only the partial indexes of live rows.
+ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
