@@ -192,9 +192,10 @@ type dispatch struct {
 	renewing bool             // a renewal (and reap) runs in the background
 	outcomes []DeliveryResult // to record: attempts, and deferrals without one
 	// roundTook and answerTook are moving averages of how long a round
-	// takes and, per integrator, an attempt: they size the queues (depth).
-	roundTook  time.Duration
-	answerTook map[string]time.Duration
+	// takes and, per integrator, an accepted attempt: they size the queues
+	// (depth).
+	roundTook  average
+	answerTook map[string]average
 	// recording is true while a FinishDeliveries (or a claim) runs in the
 	// background; one at a time, so outcomes batch up behind it.
 	recording bool
@@ -352,7 +353,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer d.followShared(ctx)() // what other replicas change: circuits, the cadastro
 	st := &dispatch{inFlight: map[string]int{}, sending: map[int64]bool{}, queued: map[string][]heldRow{},
-		leases: map[int64]*lease{}, answerTook: map[string]time.Duration{}, wantClaim: true, flush: time.NewTimer(roundDelay)}
+		leases: map[int64]*lease{}, answerTook: map[string]average{}, wantClaim: true, flush: time.NewTimer(roundDelay)}
 	st.flush.Stop()
 	defer st.flush.Stop()
 	results := make(chan DeliveryResult, d.MaxInFlight)
@@ -477,28 +478,42 @@ func (d *Dispatcher) landed(st *dispatch, r DeliveryResult) {
 		d.trip(r.Integrador, r.ID, r.Kind.Failed(), r.Kind == ResultNoAnswer, r.Attempt.Inicio.Add(time.Duration(r.Attempt.DuracaoMS)*time.Millisecond))
 	}
 	d.Metrics.delivered(r)
-	if r.Kind.OfReceiver() {
-		st.answerTook[r.Integrador] = average(st.answerTook[r.Integrador], time.Duration(r.Attempt.DuracaoMS)*time.Millisecond)
+	if r.Status == EntregaEntregue {
+		// Only accepted answers: a receiver that refuses at once is not a
+		// fast one, and its breaker is about to defer what it holds.
+		a := st.answerTook[r.Integrador]
+		a.add(time.Duration(r.Attempt.DuracaoMS) * time.Millisecond)
+		st.answerTook[r.Integrador] = a
 	}
 	st.outcomes = append(st.outcomes, r)
 }
 
-// average moves a moving average a tenth of the way to sample.
-func average(avg, sample time.Duration) time.Duration {
-	if avg == 0 {
-		return sample
+// average is a moving average of durations; each sample moves it a tenth
+// of the way, the first one sets it.
+type average struct {
+	d  time.Duration
+	ok bool // a sample was taken
+}
+
+func (a *average) add(sample time.Duration) {
+	switch {
+	case sample < 0: // a clock step
+	case !a.ok:
+		a.d, a.ok = sample, true
+	default:
+		a.d += (sample - a.d) / 10
 	}
-	return avg + (sample-avg)/10
 }
 
 // depth is how many rows an integrator whose limit is n may hold: what its
 // requests take while a round commits, past those on the wire, within
-// minPrefetch and maxPrefetch times n. An attempt is counted as 1 ms at
-// least (loopback answers in less, and DuracaoMS rounds down).
+// minPrefetch and maxPrefetch times n; the floor until both are measured.
+// An attempt is counted as 1 ms at least (loopback answers in less, and
+// DuracaoMS rounds down).
 func (st *dispatch) depth(id string, n int) int {
 	k := minPrefetch
-	if took := max(st.answerTook[id], time.Millisecond); st.roundTook > 0 {
-		k = max(k, min(maxPrefetch, 1+int(st.roundTook/took)))
+	if took := st.answerTook[id]; took.ok && st.roundTook.ok {
+		k = max(k, min(maxPrefetch, 1+int(st.roundTook.d/max(took.d, time.Millisecond))))
 	}
 	return k * n
 }
@@ -605,7 +620,6 @@ func (d *Dispatcher) record(ctx context.Context, st *dispatch, quotas []Quota, d
 // settle takes a background round's result: the claimed rows join the
 // queue, and an integrator failing long enough is disabled.
 func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer *time.Timer) {
-	st.roundTook = average(st.roundTook, d.Monotonic().Sub(rec.from))
 	if rec.err != nil {
 		d.Logger.Error("record delivery outcomes", "err", rec.err, "n", len(rec.batch))
 		// Whether the round committed is not known (the link may have
@@ -625,6 +639,7 @@ func (d *Dispatcher) settle(ctx context.Context, st *dispatch, rec round, timer 
 		}
 		return
 	}
+	st.roundTook.add(d.Monotonic().Sub(rec.from)) // a failed round's time says nothing of the next
 	if rec.reconciled {
 		st.reconcile = false
 	}
@@ -781,18 +796,27 @@ func (d *Dispatcher) untilNext(ctx context.Context, st *dispatch, due bool, clai
 
 // quotas shares the room for claims among the active integrators that may
 // be claimed now, one row each in turn (starting with a different one each
-// time), so one backlog never takes them all. In all, at most maxPrefetch times
-// MaxInFlight rows are held.
+// time), so one backlog never takes them all. In all, at most minPrefetch
+// times MaxInFlight rows are held, and what the deeper queues of fast
+// receivers add, up to maxPrefetch times: many slow receivers together
+// hold no more than before.
 func (d *Dispatcher) quotas(st *dispatch) []Quota {
 	now := d.Now()
 	ids := d.Integrators.activeIDs()
-	free := maxPrefetch*d.MaxInFlight - st.total - st.nQueued
-	if len(ids) == 0 || free <= 0 {
+	if len(ids) == 0 {
 		return nil
 	}
 	room := make([]int, len(ids))
+	extra := 0 // what the fast receivers' deeper queues add to the floor
 	for i, id := range ids {
 		room[i], _ = d.room(st, id, now)
+		if n, probe, _ := d.limit(id, now); !probe {
+			extra += st.depth(id, n) - minPrefetch*n
+		}
+	}
+	free := min(minPrefetch*d.MaxInFlight+extra, maxPrefetch*d.MaxInFlight) - st.total - st.nQueued
+	if free <= 0 {
+		return nil
 	}
 	d.turn++
 	given := make([]int, len(ids))
