@@ -121,6 +121,13 @@ func benchReplicaSummary(w io.Writer, med map[string]benchResult) {
 		fmt.Fprintf(w, "  %-52s   %5.0f events/s\n", "composed ceiling (insert, claim+finish, post)", composed)
 		goal("flow-r1 / composed ceiling", med["flow-r1"].rate/composed, 0.5, false)
 	}
+	if has("flow-r1", "publish-r1", "ceiling-claim", "ceiling-post") {
+		// The composed ceiling has no HTTP edge, which flow's publishes
+		// pay on the same cores: this one puts publish-r1 in its place.
+		withHTTP := 1 / (1/med["publish-r1"].rate + 1/med["ceiling-claim"].rate + 1/med["ceiling-post"].rate)
+		fmt.Fprintf(w, "  %-52s = %5.2f (of %.0f events/s; no goal)\n", "flow-r1 / composed with publish-r1 for the insert",
+			med["flow-r1"].rate/withHTTP, withHTTP)
+	}
 	for _, a := range []string{"publish", "drain", "flow"} {
 		if has(a+"-r1", a+"-r3") {
 			goal(a+"-r3 / "+a+"-r1", med[a+"-r3"].rate/med[a+"-r1"].rate, 0.9, false)
