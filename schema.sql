@@ -529,3 +529,11 @@ WHERE (resposta <> '' OR resposta_selada IS NOT NULL)
 -- renewal counts only while the row is still leased by the claim that
 -- sent it, not by a later one of the same worker.
 ALTER TABLE outbox ADD COLUMN lease_token INTEGER;
+
+-- migration: 19
+
+-- How an integrator receives (SPEC 8d, issue 29): 'callback', posted to
+-- its callback_url, or 'sessao', over a websocket the CAD dials
+-- (GET /api/sessao); a session integrator has no callback_url ('').
+ALTER TABLE integrator ADD COLUMN entrega TEXT NOT NULL DEFAULT 'callback'
+    CHECK (entrega IN ('callback', 'sessao'));

@@ -383,7 +383,7 @@ func (s *Integrators) Incidents() []Incident {
 		}
 		c := s.circuits.circuit(in.ID, now)
 		inc := Incident{ID: in.ID, Nome: in.Nome, Estado: c.Estado, FalhasSeguidas: c.FalhasSeguidas,
-			Recusado: s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos)}
+			Recusado: s.refusal(in)}
 		switch {
 		case c.Estado != CircuitoFechado, inc.Recusado != "":
 		case s.circuits.failing(in.ID):

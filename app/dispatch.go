@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"geohub/app/callback"
 	"log/slog"
@@ -88,8 +89,11 @@ type Dispatcher struct {
 	// another replica changed is adopted (its incident badge); it must not
 	// block.
 	OnRecorded func()
-	// Sender posts the deliveries; default an HTTPSender on Policy.
+	// Sender sends the deliveries; default a SessionSender: over the CAD's
+	// session, or an HTTPSender's POST on Policy.
 	Sender Sender
+	// CADSessions are the sessions of CADs attached here (SPEC 8d).
+	CADSessions *CADSessions
 	// Signals are test hooks; see DispatchSignals.
 	Signals DispatchSignals
 	// Leader, when set, keeps the periodic duties (the purges) to the
@@ -141,8 +145,12 @@ func (d *Dispatcher) init() {
 		if d.Jitter == nil {
 			d.Jitter = rand.Float64
 		}
+		if d.CADSessions == nil {
+			d.CADSessions = &CADSessions{}
+		}
 		if d.Sender == nil {
-			d.Sender = NewHTTPSender(d.Integrators, d.Policy, d.Now, d.Version, d.Timeout, d.PerIntegrator)
+			d.Sender = &SessionSender{CADSessions: d.CADSessions, Timeout: d.Timeout,
+				Callback: NewHTTPSender(d.Integrators, d.Policy, d.Now, d.Version, d.Timeout, d.PerIntegrator)}
 		}
 	})
 }
@@ -538,6 +546,8 @@ func (d *Dispatcher) pump(st *dispatch, results chan<- DeliveryResult, ctx conte
 		limit, _, reopen := d.limit(id, now)
 		if !slices.Contains(active, id) {
 			limit, reopen = 0, now
+		} else if reopen.IsZero() {
+			reopen = now // its session is not here: due again at once, for the next one
 		}
 		if limit == 0 {
 			for _, h := range held {
@@ -744,6 +754,11 @@ func (d *Dispatcher) trip(id string, row int64, failed, transport bool, now time
 // while its circuit is open (reopen says until when), one probe once the
 // cooldown ends, else PerIntegrator.
 func (d *Dispatcher) limit(id string, now time.Time) (n int, probe bool, reopen time.Time) {
+	if in, err := d.Integrators.cached(id); err == nil && in.Entrega == EntregaSessao && d.CADSessions.Get(id) == nil {
+		// Its session is elsewhere, or nowhere: nothing goes out from
+		// here, and nothing is claimed (SPEC 8d).
+		return 0, false, time.Time{}
+	}
 	return d.Integrators.circuits.limit(id, now, d.PerIntegrator)
 }
 
@@ -904,6 +919,12 @@ func (d *Dispatcher) deliver(ctx context.Context, del Delivery, l *lease) Delive
 	res.Attempt.RespostaSelada = d.Integrators.Sealer.SealResponse(r.Snippet, res.Attempt.EntregaID)
 	if r.Err != nil {
 		res.Attempt.Erro = r.Err.Error()
+	}
+	if errors.Is(r.Err, errSessionGone) {
+		// The CAD's session ended, or moved to another replica: the row
+		// waits for it, uncounted (see errSessionGone).
+		return DeliveryResult{ID: del.ID, Token: del.Token, Worker: d.Worker, Integrador: del.Integrador,
+			Status: EntregaPendente, Proxima: end, Kind: ResultDeferred}
 	}
 	if !r.Succeeded() && d.Monotonic().After(l.End()) {
 		// The lease ran out during the attempt, by this process's own

@@ -23,8 +23,10 @@ const APIKeyPrefix = "gk_"
 // secret and API key never appear here: they are shown once, at creation
 // and rotation.
 type Integrator struct {
-	ID              string   `json:"id"`
-	Nome            string   `json:"nome"`
+	ID   string `json:"id"`
+	Nome string `json:"nome"`
+	// Entrega is how it receives: EntregaCallback or EntregaSessao.
+	Entrega         string   `json:"entrega"`
 	CallbackURL     string   `json:"callback_url"`
 	HostsPermitidos []string `json:"hosts_permitidos"`
 	Eventos         []string `json:"eventos"`
@@ -49,9 +51,17 @@ type Integrator struct {
 	CallbackRecusado string `json:"callback_recusado,omitempty"`
 }
 
+// How an integrator receives its deliveries (SPEC 8d): posted to its
+// callback URL, or over the websocket session it dials (GET /api/sessao).
+const (
+	EntregaCallback = "callback"
+	EntregaSessao   = "sessao"
+)
+
 // NewIntegrator is the body of POST /api/integradores.
 type NewIntegrator struct {
 	Nome            string   `json:"nome"`
+	Entrega         string   `json:"entrega"` // default EntregaCallback
 	CallbackURL     string   `json:"callback_url"`
 	HostsPermitidos []string `json:"hosts_permitidos"`
 	Eventos         []string `json:"eventos"`
@@ -297,7 +307,16 @@ func (s *Integrators) fillState(in *Integrator, backlog int) {
 	h := s.healths.health(in.ID, now)
 	h.Pendentes = backlog
 	in.Circuito, in.Saude = &c, &h
-	in.CallbackRecusado = s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos)
+	in.CallbackRecusado = s.refusal(*in)
+}
+
+// refusal is why this server refuses in's stored callback now; a session
+// integrator has none to refuse.
+func (s *Integrators) refusal(in Integrator) string {
+	if in.Entrega == EntregaSessao {
+		return ""
+	}
+	return s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos)
 }
 
 // RefusedCallbacks lists the active integrators whose stored callback this
@@ -308,7 +327,7 @@ func (s *Integrators) RefusedCallbacks() []Integrator {
 	defer s.mu.RUnlock()
 	var out []Integrator
 	for _, in := range s.all {
-		if why := s.Policy.Refusal(in.CallbackURL, in.HostsPermitidos); in.Ativo && why != "" {
+		if why := s.refusal(in); in.Ativo && why != "" {
 			in.CallbackRecusado = why
 			out = append(out, in)
 		}
@@ -371,7 +390,10 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (_ CreatedI
 		req.Eventos = []string{"*"}
 	}
 	now := s.Now().UTC()
-	in := Integrator{ID: uuid.Must(uuid.NewV7()).String(), Nome: strings.TrimSpace(req.Nome), CallbackURL: req.CallbackURL,
+	if req.Entrega == "" {
+		req.Entrega = EntregaCallback
+	}
+	in := Integrator{ID: uuid.Must(uuid.NewV7()).String(), Nome: strings.TrimSpace(req.Nome), Entrega: req.Entrega, CallbackURL: req.CallbackURL,
 		HostsPermitidos: req.HostsPermitidos, Eventos: req.Eventos, Backoff: req.Backoff, Ativo: true,
 		CriadoEm: now, AtualizadoEm: now}
 	if err := s.validate(ctx, in, true); err != nil {
@@ -382,7 +404,7 @@ func (s *Integrators) Create(ctx context.Context, req NewIntegrator) (_ CreatedI
 	audit.Alvo.ID = in.ID
 	// The cadastro as created; the secret and the API key are not fields
 	// of it, and appear nowhere in the trail.
-	audit.Campos = []AuditField{Set("nome", in.Nome), Set("callback_url", in.CallbackURL),
+	audit.Campos = []AuditField{Set("nome", in.Nome), Set("entrega", in.Entrega), Set("callback_url", in.CallbackURL),
 		Set("hosts_permitidos", in.HostsPermitidos), Set("eventos", in.Eventos), Set("ativo", in.Ativo)}
 	if len(in.Backoff) > 0 {
 		audit.Campos = append(audit.Campos, Set("backoff", in.Backoff))
@@ -653,8 +675,19 @@ func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback
 	if in.Nome == "" || len(in.Nome) > 100 {
 		bad = append(bad, Detail{"/nome", "obrigatório, até 100 caracteres"})
 	}
+	switch in.Entrega {
+	case EntregaCallback:
+	case EntregaSessao:
+		// The CAD dials in: nothing to post to, no host to allow.
+		if in.CallbackURL != "" || len(in.HostsPermitidos) > 0 {
+			bad = append(bad, Detail{"/callback_url", "uma integração por sessão não tem callback_url nem hosts_permitidos"})
+		}
+		checkCallback = false
+	default:
+		bad = append(bad, Detail{"/entrega", "deve ser callback ou sessao"})
+	}
 	before := len(bad)
-	if len(in.HostsPermitidos) == 0 {
+	if in.Entrega == EntregaCallback && len(in.HostsPermitidos) == 0 {
 		bad = append(bad, Detail{"/hosts_permitidos", "informe ao menos um host"})
 	}
 	for i, h := range in.HostsPermitidos {

@@ -252,7 +252,7 @@ func (s *Integrators) outboxFor(ev Event, audiencia string) (*Outbox, int64) {
 	version := s.version
 	eligible := make(map[string]bool)
 	for _, in := range s.all {
-		if in.Ativo && in.CallbackURL != "" && in.Wants(ev.Tipo) {
+		if in.Ativo && (in.CallbackURL != "" || in.Entrega == EntregaSessao) && in.Wants(ev.Tipo) {
 			eligible[in.ID] = true
 		}
 	}

@@ -169,7 +169,14 @@ func newDeliveryRequest(ctx context.Context, url, version string, ts int64, req 
 	if err != nil {
 		return nil, err
 	}
-	h := hr.Header
+	hr.Header = deliveryHeaders(version, ts, req, sign, other)
+	return hr, nil
+}
+
+// deliveryHeaders are a delivery's headers (SPEC 6.3), over HTTP and in a
+// session's message alike (SPEC 8d).
+func deliveryHeaders(version string, ts int64, req Request, sign, other []byte) http.Header {
+	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "Geohub/"+version)
 	h.Set("X-Geohub-Evento-Id", req.EventID)
@@ -191,7 +198,7 @@ func newDeliveryRequest(ctx context.Context, url, version string, ts int64, req 
 		standard += " " + SignStandard(StandardKey(other), req.EventID, ts, req.Corpo)
 	}
 	h.Set("webhook-signature", standard)
-	return hr, nil
+	return h
 }
 
 // roundTrip sends hr and reads the start of the answer.

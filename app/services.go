@@ -149,9 +149,10 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 	}
 	db := d.Store
 	var metrics *Metrics
+	cadSessions := &CADSessions{}
 	if d.Registerer != nil {
 		metrics = NewMetrics(d.Registerer)
-		registerGauges(d.Registerer, db)
+		registerGauges(d.Registerer, db, cadSessions)
 	}
 	sealer, err := keys.NewSealer(d.MasterKey)
 	if err != nil {
@@ -203,7 +204,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
 		Now: d.Now, Monotonic: leaseClock, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
-		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader}
+		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader, CADSessions: cadSessions}
 	s.Deliveries = &Deliveries{Store: db, Slots: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
 		Tester: NewTester(d.Policy, DeliveryTimeout, d.Now, d.Version), Publisher: publisher}
 	db.OnCommit(s.Committed)
@@ -213,7 +214,10 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 
 // registerGauges exports the numbers the console's overview also shows,
 // read from the store when scraped (-1 when the read fails).
-func registerGauges(reg prometheus.Registerer, st StatsStore) {
+func registerGauges(reg prometheus.Registerer, st StatsStore, sessions *CADSessions) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "geohub_sessions_connected", Help: "CAD sessions (SPEC 8d) attached to this process.",
+	}, func() float64 { return float64(sessions.Len()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "geohub_dlq_pending", Help: "Open (pendente or retrying) DLQ entries.",
 	}, func() float64 {

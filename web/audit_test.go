@@ -210,7 +210,7 @@ func TestAuditRecordsEachAPIAction(t *testing.T) {
 		in.ID, in.Segredo, in.APIKey = c.ID, c.Segredo, c.APIKey
 		audCheck(t, e.one(t, app.AcaoIntegradorCriar, in.ID), with2(asAdmin, func(w *audExpect) {
 			w.alvoTipo, w.alvoNome = "integrador", "CAD Bombeiros"
-			w.campos = []string{`nome →"CAD Bombeiros"`, `callback_url →"` + e.Receiver.URL + `/geohub"`,
+			w.campos = []string{`nome →"CAD Bombeiros"`, `entrega →"callback"`, `callback_url →"` + e.Receiver.URL + `/geohub"`,
 				`hosts_permitidos →["127.0.0.1"]`, `eventos →["ocorrencia:*"]`, `ativo →true`}
 		}))
 	})

@@ -55,7 +55,7 @@ func NewHandler(svc *app.Services, o Options) *Handler {
 	api := &Server{Publisher: svc.Publisher, Registry: svc.Registry, Queries: svc.Queries, Consumers: svc.Consumers,
 		Auth: svc.Auth, Integrators: svc.Integrators, Deliveries: svc.Deliveries, Ocorrencias: o.Ocorrencias,
 		Audit: svc.AuditTrail, Console: cons.Handler(), Logger: svc.Logger, Gatherer: o.Gatherer, Ready: svc.Ready,
-		TrustedProxies: o.TrustedProxies, Heavy: limit, Refusals: svc.Refusals}
+		TrustedProxies: o.TrustedProxies, Heavy: limit, Refusals: svc.Refusals, Dispatcher: svc.Dispatcher}
 	return &Handler{API: api, Console: cons, mux: api.Handler()}
 }
 
@@ -63,4 +63,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 // CloseTails ends the console's live tails: http.Server.Shutdown does not
 // track the hijacked connections they run on.
-func (h *Handler) CloseTails() { h.Console.CloseTails() }
+func (h *Handler) CloseTails() {
+	h.Console.CloseTails()
+	h.API.CloseSessions()
+}

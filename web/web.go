@@ -59,6 +59,9 @@ type Server struct {
 	// Refusals answers 429 to a credential refused too often, before its
 	// request runs (app.Refusals).
 	Refusals *app.Refusals
+	// Dispatcher delivers to the CAD sessions of GET /api/sessao.
+	Dispatcher *app.Dispatcher
+	sessions   cadSessions
 }
 
 // Handler returns the routes of SPEC sections 4.4, 5 and 10.
@@ -87,6 +90,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /api/integradores/{id}/api_key/rotacionar", s.authed(admin, s.rotateAPIKey))
 
 	mux.Handle("POST /api/integradores/{id}/verificar", s.authed(admin, s.verifyIntegrator))
+	mux.Handle("GET /api/sessao", s.keyed(false, s.serveSession))
 	mux.Handle("GET /api/entregas", s.authedOrOwn(read, s.listDeliveries))
 	mux.Handle("GET /api/entregas/{id}", s.authedOrOwn(read, s.getDelivery))
 	mux.Handle("POST /api/entregas/{id}/reenviar", s.authedOrOwn(operate, s.resendDelivery))

@@ -499,3 +499,9 @@ CREATE INDEX outbox_assentadas_criado_idx ON outbox (integrador_id, criado_em) W
 -- few thousand. Delivered rows themselves cost the claim nothing once
 -- vacuumed: it reads only the partial indexes of live rows.
 ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
+
+-- migration: 12
+
+-- How an integrator receives (SPEC 8d, issue 29), as SQLite's migration 19.
+ALTER TABLE integrator ADD COLUMN entrega TEXT NOT NULL DEFAULT 'callback'
+    CHECK (entrega IN ('callback', 'sessao'));

@@ -12,7 +12,7 @@ import (
 )
 
 // IntegratorColumns are what ScanIntegrator reads, in its order.
-const IntegratorColumns = `id, nome, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
+const IntegratorColumns = `id, nome, entrega, callback_url, hosts_permitidos, eventos, backoff, ativo, motivo_inativo,
 	falhando_desde, ultimo_sucesso_em, criado_em, atualizado_em`
 
 // ScanIntegrator reads one integrator row of IntegratorColumns; no row is
@@ -22,7 +22,7 @@ func ScanIntegrator(row Row) (app.Integrator, error) {
 	var hosts, eventos, backoff string
 	var criado, atualizado int64
 	var falhando, sucesso sql.NullInt64
-	err := row.Scan(&in.ID, &in.Nome, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
+	err := row.Scan(&in.ID, &in.Nome, &in.Entrega, &in.CallbackURL, &hosts, &eventos, &backoff, &in.Ativo, &in.MotivoInativo,
 		&falhando, &sucesso, &criado, &atualizado)
 	if errors.Is(err, sql.ErrNoRows) {
 		return in, app.ErrNotFound
@@ -136,11 +136,14 @@ func cadastroLocks(id string) []Lock { return []Lock{{"cadastro"}, {"integrator"
 
 // InsertIntegrator implements app.IntegratorStore.
 func (w *Writes) InsertIntegrator(ctx context.Context, in app.Integrator, sealedSecret []byte, apiKeyHash string, audit *app.AuditEntry) error {
+	if in.Entrega == "" {
+		in.Entrega = app.EntregaCallback // the zero value: what every integrator was before SPEC 8d
+	}
 	return w.w.Write(ctx, Op{Locks: cadastroLocks(in.ID)}, func(tx Tx) error {
-		_, err := tx.Exec(`INSERT INTO integrator (id, nome, callback_url, hosts_permitidos, eventos,
+		_, err := tx.Exec(`INSERT INTO integrator (id, nome, entrega, callback_url, hosts_permitidos, eventos,
 			backoff, ativo, motivo_inativo, segredo, api_key_hash, criado_em, atualizado_em)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			in.ID, in.Nome, in.CallbackURL, JSONList(in.HostsPermitidos), JSONList(in.Eventos), JSONList(in.Backoff),
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.ID, in.Nome, in.Entrega, in.CallbackURL, JSONList(in.HostsPermitidos), JSONList(in.Eventos), JSONList(in.Backoff),
 			in.Ativo, in.MotivoInativo, sealedSecret, apiKeyHash, MS(in.CriadoEm), MS(in.AtualizadoEm))
 		if err != nil {
 			return err

@@ -1,0 +1,269 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CAD sessions (SPEC 8d): a CAD behind NAT dials GET /api/sessao and
+// receives its deliveries as websocket messages, acknowledging each. The
+// dispatcher keeps every rule it keeps for callbacks (one delivery in
+// flight per aggregate, the window, retries, dead letters, the breaker):
+// a session is only another way to send one attempt (SessionSender), and
+// an integrator whose session is not attached to this process is not
+// claimed here (Dispatcher.quotas), so on PostgreSQL its rows go out
+// through the replica that holds its session.
+
+// Why a session ended, as both ends are told.
+const (
+	SessaoSubstituida = "substituída por uma nova sessão do mesmo integrador"
+	SessaoEncerrada   = "servidor encerrando"
+)
+
+// errSessionGone is an attempt whose session was not here, or ended
+// before the CAD answered: not the CAD's failure, so the row waits,
+// uncounted and due at once, for the next session, which gets it before
+// anything later of its aggregate (SPEC 8d: on reconnect, everything
+// unacknowledged comes again first).
+var errSessionGone = errors.New("sessão do integrador ausente")
+
+// CADSessions are the CAD sessions attached to this process, one per
+// integrator at most.
+type CADSessions struct {
+	mu   sync.Mutex
+	byID map[string]*CADSession
+}
+
+// CADSession is one CAD's connection. The web handler writes what Messages
+// yields and hands each answer the CAD sends to Answer; the session ends
+// when Done closes, with Reason.
+type CADSession struct {
+	Integrador string
+	Endereco   string
+	Desde      time.Time
+
+	messages chan []byte
+	done     chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	reason   string
+	waiting  map[string]chan SessionAnswer // by X-Geohub-Entrega-Id
+}
+
+// SessionAnswer is the CAD's answer to one delivery: {"ack": id} or
+// {"nack": id, "motivo": "..."}.
+type SessionAnswer struct {
+	Ack    string `json:"ack,omitempty"`
+	Nack   string `json:"nack,omitempty"`
+	Motivo string `json:"motivo,omitempty"`
+}
+
+// Attach makes s the integrator's session here, ending the one it
+// replaces.
+func (ss *CADSessions) Attach(integrador, endereco string, now time.Time) *CADSession {
+	s := &CADSession{Integrador: integrador, Endereco: endereco, Desde: now,
+		messages: make(chan []byte), done: make(chan struct{}), waiting: map[string]chan SessionAnswer{}}
+	ss.mu.Lock()
+	if ss.byID == nil {
+		ss.byID = map[string]*CADSession{}
+	}
+	old := ss.byID[integrador]
+	ss.byID[integrador] = s
+	ss.mu.Unlock()
+	if old != nil {
+		old.end(SessaoSubstituida)
+	}
+	return s
+}
+
+// Detach ends s, unless a newer session replaced it already.
+func (ss *CADSessions) Detach(s *CADSession, reason string) {
+	ss.mu.Lock()
+	if ss.byID[s.Integrador] == s {
+		delete(ss.byID, s.Integrador)
+	}
+	ss.mu.Unlock()
+	s.end(reason)
+}
+
+// Len is how many sessions are attached here.
+func (ss *CADSessions) Len() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.byID)
+}
+
+// Get is the integrator's session here, or nil.
+func (ss *CADSessions) Get(integrador string) *CADSession {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.byID[integrador]
+}
+
+// Messages yields the deliveries to write, one text message each.
+func (s *CADSession) Messages() <-chan []byte { return s.messages }
+
+// Done closes when the session ends.
+func (s *CADSession) Done() <-chan struct{} { return s.done }
+
+// Reason is why the session ended.
+func (s *CADSession) Reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+func (s *CADSession) end(reason string) {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.reason = reason
+		s.mu.Unlock()
+		close(s.done)
+	})
+}
+
+// ErrLateAnswer is an answer to a delivery that no longer waits for one:
+// it timed out (and counted as a timeout), or the CAD answered twice.
+var ErrLateAnswer = errors.New("nenhuma entrega com esse id aguarda resposta nesta sessão")
+
+// Answer takes one answer from the CAD: ErrLateAnswer for an id that does
+// not wait for one, another error for an answer that is neither.
+func (s *CADSession) Answer(a SessionAnswer) error {
+	id := a.Ack
+	if id == "" {
+		id = a.Nack
+	}
+	if id == "" || a.Ack != "" && a.Nack != "" {
+		return fmt.Errorf(`a resposta deve ser {"ack": "<id>"} ou {"nack": "<id>", "motivo": "..."}`)
+	}
+	s.mu.Lock()
+	ch, ok := s.waiting[id]
+	delete(s.waiting, id)
+	s.mu.Unlock()
+	if !ok {
+		return ErrLateAnswer
+	}
+	ch <- a
+	return nil
+}
+
+// sessionMessage is one delivery as a session carries it: the headers of
+// SPEC 6.3, each as one string, and the envelope's exact bytes.
+func sessionMessage(h http.Header, body []byte) ([]byte, error) {
+	m := make(map[string]string, len(h)+1)
+	for k, v := range h {
+		if k == "Content-Type" || k == "User-Agent" {
+			continue
+		}
+		m[strings.ToLower(k)] = strings.Join(v, " ")
+	}
+	m["corpo"] = string(body)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// SessionSender sends the attempts of session integrators over their
+// sessions, and the others' through Callback.
+type SessionSender struct {
+	CADSessions *CADSessions
+	Callback    *HTTPSender
+	// Timeout is how long an answer may take: as a callback's, a timeout
+	// is an attempt without an answer.
+	Timeout time.Duration
+}
+
+// Send implements Sender.
+func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) SendResult {
+	if in.Entrega != EntregaSessao {
+		return s.Callback.Send(ctx, in, req)
+	}
+	if req.Corpo == nil {
+		return SendResult{Err: fmt.Errorf("%w: o corpo da entrega foi expurgado", errUnsendable)}
+	}
+	sess := s.CADSessions.Get(in.ID)
+	if sess == nil {
+		return SendResult{Err: errSessionGone, Transport: true}
+	}
+	current, previous, err := s.Callback.Integrators.Secrets(ctx, in.ID)
+	if err != nil {
+		return SendResult{Err: err}
+	}
+	msg, err := sessionMessage(deliveryHeaders(s.Callback.Version, Timestamp(s.Callback.Now()), req, current, previous), req.Corpo)
+	if err != nil {
+		return SendResult{Err: err}
+	}
+	answer := make(chan SessionAnswer, 1)
+	sess.mu.Lock()
+	sess.waiting[req.EntregaID] = answer
+	sess.mu.Unlock()
+	defer func() {
+		sess.mu.Lock()
+		delete(sess.waiting, req.EntregaID)
+		sess.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	select {
+	case sess.messages <- msg:
+	case <-sess.done:
+		return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, sess.Reason()), Transport: true}
+	case <-ctx.Done():
+		return SendResult{Err: fmt.Errorf("a sessão não aceitou a mensagem a tempo"), Transport: true}
+	}
+	select {
+	case a := <-answer:
+		return answered(a)
+	case <-sess.done:
+		// An answer read before the session ended counts: select picks
+		// among ready cases at random.
+		select {
+		case a := <-answer:
+			return answered(a)
+		default:
+		}
+		return SendResult{Err: fmt.Errorf("%w: terminou sem responder (%s)", errSessionGone, sess.Reason()), Transport: true}
+	case <-ctx.Done():
+		select {
+		case a := <-answer:
+			return answered(a)
+		default:
+		}
+		return SendResult{Err: fmt.Errorf("não respondeu a tempo (sem ack em %s)", s.Timeout), Transport: true}
+	}
+}
+
+// AttachSession makes a new session of integrador the one this process
+// delivers to, and claims its rows at once.
+func (d *Dispatcher) AttachSession(integrador, endereco string) *CADSession {
+	d.init()
+	s := d.CADSessions.Attach(integrador, endereco, d.Now())
+	d.Wake()
+	return s
+}
+
+// DetachSession ends s: its rows wait, unclaimed here, for the next.
+func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
+	d.init()
+	d.CADSessions.Detach(s, reason)
+}
+
+// answered is the attempt's result from the CAD's answer.
+func answered(a SessionAnswer) SendResult {
+	if a.Ack != "" {
+		return SendResult{Status: http.StatusNoContent}
+	}
+	// A nack means what a 5xx does: the CAD could not apply it now.
+	return SendResult{Status: http.StatusServiceUnavailable, Snippet: a.Motivo}
+}

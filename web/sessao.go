@@ -1,0 +1,178 @@
+package web
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"geohub/app"
+)
+
+// GET /api/sessao (SPEC 8d): a CAD that cannot receive webhooks dials in
+// with its API key and receives its deliveries as websocket text
+// messages, one delivery each, answering each with {"ack": id} or
+// {"nack": id, "motivo": "..."}. The protocol, with its close codes, is in
+// the integrator guide.
+
+// Close codes of a session, besides the standard ones (1001 the server
+// going away, 1008 a policy violation).
+const (
+	closeReplaced    = 4000 // another session of the same integrator took over
+	closeNotSession  = 4001 // the integrator's entrega is callback
+	closeBadAnswer   = 4002 // an answer that is neither an ack nor a nack
+	sessionPingEvery = 10 * time.Second
+	// sessionPongWait is how long a silent peer lasts: a dead one is
+	// noticed within 30 s (SPEC 8d), two pings missed.
+	sessionPongWait  = 25 * time.Second
+	sessionWriteWait = 10 * time.Second
+	// sessionReadLimit bounds one answer: an id and a reason.
+	sessionReadLimit = 4 << 10
+)
+
+// A CAD is a program, not a page: no Origin check applies (the API key
+// is no cookie a browser would send along).
+var sessionUpgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 8192,
+	CheckOrigin: func(*http.Request) bool { return true }}
+
+// cadSessions ends every session when the server shuts down: hijacked
+// connections are outside http.Server.Shutdown.
+type cadSessions struct {
+	once    sync.Once
+	closing chan struct{}
+	closed  sync.Once
+}
+
+func (c *cadSessions) done() chan struct{} {
+	c.once.Do(func() { c.closing = make(chan struct{}) })
+	return c.closing
+}
+
+// CloseSessions tells every CAD session to close with "going away"; the
+// CADs reconnect once a server is back.
+func (s *Server) CloseSessions() {
+	ch := s.sessions.done()
+	s.sessions.closed.Do(func() { close(ch) })
+}
+
+type sessionHijacker struct{ http.ResponseWriter }
+
+func (h sessionHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(h.ResponseWriter).Hijack()
+}
+
+func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Integrator) {
+	// Attached before the handshake ends: once the CAD's dial returns, its
+	// deliveries flow here (and the metrics and the console say so).
+	var sess *app.CADSession
+	reason := app.SessaoEncerrada
+	if in.Entrega == app.EntregaSessao && in.Ativo {
+		sess = s.Dispatcher.AttachSession(in.ID, s.remoteAddr(r))
+		defer func() {
+			s.Dispatcher.DetachSession(sess, reason)
+			s.Logger.Info("CAD session ended", "integrador", in.ID, "motivo", sess.Reason())
+		}()
+	}
+	conn, err := sessionUpgrader.Upgrade(sessionHijacker{w}, r, nil)
+	if err != nil {
+		reason = "o handshake do websocket falhou"
+		return // Upgrade answered with the reason
+	}
+	defer conn.Close()
+	// The API's write deadline is for answers, not for a session.
+	conn.NetConn().SetDeadline(time.Time{})
+	closeWith := func(code int, reason string) {
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	}
+	switch {
+	case in.Entrega != app.EntregaSessao:
+		closeWith(closeNotSession, "este integrador recebe por callback, não por sessão")
+		return
+	case !in.Ativo:
+		closeWith(websocket.ClosePolicyViolation, "integrador inativo: um administrador precisa reativá-lo")
+		return
+	}
+	s.Logger.Info("CAD session attached", "integrador", in.ID, "endereco", sess.Endereco)
+
+	gone := make(chan struct{})
+	bad := make(chan string, 1)
+	go func() {
+		defer close(gone)
+		conn.SetReadLimit(sessionReadLimit)
+		conn.SetReadDeadline(time.Now().Add(sessionPongWait))
+		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(sessionPongWait)) })
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			conn.SetReadDeadline(time.Now().Add(sessionPongWait))
+			var a app.SessionAnswer
+			if err := json.Unmarshal(msg, &a); err != nil {
+				bad <- "resposta que não é JSON: " + err.Error()
+				return
+			}
+			if err := sess.Answer(a); errors.Is(err, app.ErrLateAnswer) {
+				// Late after a timeout, or twice: the attempt is settled
+				// already, and a slow CAD must not lose its session for it.
+				continue
+			} else if err != nil {
+				bad <- err.Error()
+				return
+			}
+		}
+	}()
+
+	ping := time.NewTicker(sessionPingEvery)
+	defer ping.Stop()
+	stopping := s.sessions.done()
+	for {
+		select {
+		case msg := <-sess.Messages():
+			conn.SetWriteDeadline(time.Now().Add(sessionWriteWait))
+			if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
+				reason = "a conexão caiu"
+				return
+			}
+		case <-ping.C:
+			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(sessionWriteWait)); err != nil {
+				reason = "a conexão caiu"
+				return
+			}
+		case why := <-bad:
+			reason = why
+			closeWith(closeBadAnswer, truncateReason(why))
+			return
+		case <-gone:
+			reason = "o CAD fechou a sessão ou parou de responder"
+			return
+		case <-sess.Done():
+			closeWith(closeReplaced, truncateReason(sess.Reason()))
+			return
+		case <-stopping:
+			closeWith(websocket.CloseGoingAway, app.SessaoEncerrada)
+			return
+		}
+	}
+}
+
+// truncateReason keeps a close reason within the 123 bytes a close frame
+// allows, on a rune boundary.
+func truncateReason(s string) string {
+	if len(s) <= 123 {
+		return s
+	}
+	b := []byte(s[:123])
+	for len(b) > 0 && b[len(b)-1]&0xC0 == 0x80 {
+		b = b[:len(b)-1]
+	}
+	if len(b) > 0 && b[len(b)-1] >= 0xC0 {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}

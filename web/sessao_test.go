@@ -1,0 +1,219 @@
+package web_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"geohub/app"
+)
+
+// sessionDial opens GET /api/sessao with key.
+func (e *delEnv) sessionDial(t *testing.T, key string) *websocket.Conn {
+	t.Helper()
+	url := "ws" + strings.TrimPrefix(e.URL, "http") + "/api/sessao"
+	conn, resp, err := websocket.DefaultDialer.Dial(url, http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dial %s: %v (HTTP %d)", url, err, status)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// sessionRead reads one delivery message, checking its signature.
+func sessionRead(t *testing.T, conn *websocket.Conn, secret string) map[string]string {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	kind, raw, err := conn.ReadMessage()
+	if err != nil {
+		t.Fatalf("read a delivery: %v", err)
+	}
+	if kind != websocket.TextMessage {
+		t.Fatalf("message kind %d, want text", kind)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("message %s: %v", raw, err)
+	}
+	ts, err := strconv.ParseInt(m["x-geohub-timestamp"], 10, 64)
+	if err != nil {
+		t.Fatalf("x-geohub-timestamp in %v", m)
+	}
+	if got, want := m["x-geohub-assinatura"], app.Sign([]byte(secret), ts, []byte(m["corpo"])); got != want {
+		t.Fatalf("x-geohub-assinatura %q, want %q", got, want)
+	}
+	if m["webhook-signature"] == "" || m["x-geohub-entrega-id"] == "" {
+		t.Fatalf("headers missing in %v", m)
+	}
+	return m
+}
+
+// A CAD that cannot receive webhooks dials in and gets its deliveries over
+// the session: every message signed, each aggregate 1..10 in order, and
+// each acknowledged delivery entregue in /api/entregas.
+func TestASessionReceivesEveryDeliveryInOrder(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	var cad app.CreatedIntegrator
+	e.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin, map[string]any{"nome": "CAD atrás de NAT",
+		"entrega": "sessao"}).want(t, http.StatusCreated).decode(t, &cad)
+	if cad.Entrega != app.EntregaSessao || cad.APIKey == "" || cad.Segredo == "" {
+		t.Fatalf("created %+v", cad)
+	}
+	conn := e.sessionDial(t, cad.APIKey)
+	if m := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body); !strings.Contains(m, "geohub_sessions_connected 1") {
+		t.Fatalf("/metrics does not count the session:\n%s", m)
+	}
+	for i := 1; i <= 10; i++ {
+		for _, a := range []string{"equipe:a", "equipe:b", "equipe:c"} {
+			e.delPublish(t, a, i)
+		}
+	}
+	next := map[string]int64{}
+	for range 30 {
+		m := sessionRead(t, conn, cad.Segredo)
+		seq, _ := strconv.ParseInt(m["x-geohub-sequencia"], 10, 64)
+		if want := next[m["x-geohub-agregado"]] + 1; seq != want {
+			t.Fatalf("%s: sequence %d, want %d", m["x-geohub-agregado"], seq, want)
+		}
+		next[m["x-geohub-agregado"]] = seq
+		if err := conn.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range []string{"equipe:a", "equipe:b", "equipe:c"} {
+		if next[a] != 10 {
+			t.Fatalf("%s arrived up to %d, want 10", a, next[a])
+		}
+	}
+	e.waitRecorded(t, "the 30 acknowledged deliveries to be entregue", func() bool {
+		return e.delList(t, fmt.Sprintf("integrador=%s&status=entregue&limite=100", cad.ID)).Total == 30
+	})
+}
+
+// sessionCreate registers a session integrator.
+func (e *delEnv) sessionCreate(t *testing.T, nome string) app.CreatedIntegrator {
+	t.Helper()
+	var cad app.CreatedIntegrator
+	e.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin, map[string]any{"nome": nome, "entrega": "sessao"}).
+		want(t, http.StatusCreated).decode(t, &cad)
+	return cad
+}
+
+// One delivery left unacknowledged holds its aggregate and only that one;
+// after the connection drops, the next session gets it again first, the
+// same body, then the rest of its aggregate in order.
+func TestAnUnacknowledgedDeliveryHoldsItsAggregateAcrossReconnects(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	cad := e.sessionCreate(t, "CAD atrás de NAT")
+	conn := e.sessionDial(t, cad.APIKey)
+	for i := 1; i <= 3; i++ {
+		e.delPublish(t, "equipe:a", i)
+		e.delPublish(t, "equipe:b", i)
+	}
+	// equipe:a 1 is never acknowledged; equipe:b goes on to 3.
+	var held map[string]string
+	got := map[string][]string{}
+	for len(got["equipe:b"]) < 3 {
+		m := sessionRead(t, conn, cad.Segredo)
+		a := m["x-geohub-agregado"]
+		got[a] = append(got[a], m["x-geohub-sequencia"])
+		if a == "equipe:a" {
+			if held != nil {
+				t.Fatalf("equipe:a %s arrived while 1 was unacknowledged", m["x-geohub-sequencia"])
+			}
+			held = m
+			continue
+		}
+		if err := conn.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held == nil || held["x-geohub-sequencia"] != "1" || strings.Join(got["equipe:b"], ",") != "1,2,3" {
+		t.Fatalf("arrived %v", got)
+	}
+	conn.Close() // the CAD's link drops
+
+	conn = e.sessionDial(t, cad.APIKey)
+	for want := 1; want <= 3; want++ {
+		m := sessionRead(t, conn, cad.Segredo)
+		if m["x-geohub-agregado"] != "equipe:a" || m["x-geohub-sequencia"] != strconv.Itoa(want) {
+			t.Fatalf("after the reconnect: %s %s, want equipe:a %d", m["x-geohub-agregado"], m["x-geohub-sequencia"], want)
+		}
+		if want == 1 && (m["corpo"] != held["corpo"] || m["x-geohub-entrega-id"] == held["x-geohub-entrega-id"]) {
+			t.Fatalf("the unacknowledged delivery came again with another body or the same delivery id")
+		}
+		if err := conn.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitRecorded(t, "the 6 deliveries entregue", func() bool {
+		return e.delList(t, "integrador="+cad.ID+"&status=entregue").Total == 6
+	})
+}
+
+// A nack means what a 5xx does: the delivery is retried, with the CAD's
+// reason recorded. A callback integrator's key, or a second session, is
+// told why it is closed; a session sees none of another integrator's
+// deliveries.
+func TestSessionsAreTheirIntegratorsAlone(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	a, b := e.sessionCreate(t, "CAD A"), e.sessionCreate(t, "CAD B")
+	web := e.delCreateIntegrator(t, delNewReceiver(t, http.StatusNoContent), "CAD por callback")
+	closed := func(conn *websocket.Conn) *websocket.CloseError {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				var ce *websocket.CloseError
+				if !errors.As(err, &ce) {
+					t.Fatalf("read: %v, want a close frame", err)
+				}
+				return ce
+			}
+		}
+	}
+	if ce := closed(e.sessionDial(t, web.APIKey)); ce.Code != 4001 {
+		t.Fatalf("a callback integrator's session: close %d %q, want 4001", ce.Code, ce.Text)
+	}
+	connA, connB := e.sessionDial(t, a.APIKey), e.sessionDial(t, b.APIKey)
+	ev := e.delPublish(t, "equipe:n", 1)
+	m := sessionRead(t, connA, a.Segredo)
+	if err := connA.WriteJSON(map[string]string{"nack": m["x-geohub-entrega-id"], "motivo": "banco do CAD fora do ar"}); err != nil {
+		t.Fatal(err)
+	}
+	d := e.delWaitStatus(t, ev.EventID, a.ID, app.EntregaPendente)
+	e.waitRecorded(t, "the nack recorded as an attempt", func() bool {
+		d = e.delOne(t, ev.EventID, a.ID)
+		return d.Tentativas == 1
+	})
+	// Its reason is the attempt's answer, as a receiver's body would be.
+	if detail, _ := e.delGet(t, d.ID); d.UltimoStatus != http.StatusServiceUnavailable || len(detail.Registradas) != 1 ||
+		detail.Registradas[0].Resposta != "banco do CAD fora do ar" {
+		t.Fatalf("after a nack: %+v", detail)
+	}
+	// B got its own copy of the event, signed with its own secret, and
+	// nothing of A's.
+	mb := sessionRead(t, connB, b.Segredo)
+	if mb["x-geohub-evento-id"] != ev.EventID || mb["x-geohub-entrega-id"] == m["x-geohub-entrega-id"] {
+		t.Fatalf("B received %v", mb)
+	}
+	// A second session of A replaces the first, which is told why.
+	e.sessionDial(t, a.APIKey)
+	if ce := closed(connA); ce.Code != 4000 {
+		t.Fatalf("the replaced session: close %d %q, want 4000", ce.Code, ce.Text)
+	}
+}
