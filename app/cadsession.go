@@ -27,11 +27,15 @@ const (
 	SessaoEncerrada   = "servidor encerrando"
 )
 
-// errSessionGone is an attempt whose session was not here, or ended
-// before the CAD answered: not the CAD's failure, so the row waits,
-// uncounted and due at once, for the next session, which gets it before
-// anything later of its aggregate (SPEC 8d: on reconnect, everything
-// unacknowledged comes again first).
+// errSessionGone is an attempt that did not reach the CAD: no session
+// here, or it ended before taking the message, or another session of the
+// integrator or the server's shutdown ended it. Not the CAD's failure, so
+// the row waits, uncounted and due at once, for the next session, which
+// gets it before anything later of its aggregate (SPEC 8d). So is a
+// session that drops after taking the message, up to uncountedDrops times
+// for one delivery; after that each drop is an attempt without an answer,
+// counted as a timeout is: a CAD that crashes on one delivery must not
+// have it again forever, uncounted.
 var errSessionGone = errors.New("sessão do integrador ausente")
 
 // CADSessions are the CAD sessions attached to this process, one per
@@ -174,9 +178,15 @@ func sessionMessage(h http.Header, body []byte) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
+// uncountedDrops is how many times a session may drop with one delivery
+// unanswered before the drops count as attempts.
+const uncountedDrops = 3
+
 // SessionSender sends the attempts of session integrators over their
 // sessions, and the others' through Callback.
 type SessionSender struct {
+	mu          sync.Mutex
+	drops       map[string]int // by integrator and event: sessions that dropped it unanswered
 	CADSessions *CADSessions
 	Callback    *HTTPSender
 	// Timeout is how long an answer may take: as a callback's, a timeout
@@ -224,6 +234,7 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 	}
 	select {
 	case a := <-answer:
+		s.answeredBy(in.ID + " " + req.EventID)
 		return answered(a)
 	case <-sess.done:
 		// An answer read before the session ended counts: select picks
@@ -233,7 +244,11 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 			return answered(a)
 		default:
 		}
-		return SendResult{Err: fmt.Errorf("%w: terminou sem responder (%s)", errSessionGone, sess.Reason()), Transport: true}
+		why := sess.Reason()
+		if why == SessaoSubstituida || why == SessaoEncerrada || s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
+			return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, why), Transport: true}
+		}
+		return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", uncountedDrops+1, why), Transport: true}
 	case <-ctx.Done():
 		select {
 		case a := <-answer:
@@ -257,6 +272,7 @@ func (d *Dispatcher) AttachSession(integrador, endereco string) *CADSession {
 func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
 	d.init()
 	d.CADSessions.Detach(s, reason)
+	d.Wake() // its queued rows go back at once
 }
 
 // answered is the attempt's result from the CAD's answer.
@@ -264,6 +280,29 @@ func answered(a SessionAnswer) SendResult {
 	if a.Ack != "" {
 		return SendResult{Status: http.StatusNoContent}
 	}
-	// A nack means what a 5xx does: the CAD could not apply it now.
-	return SendResult{Status: http.StatusServiceUnavailable, Snippet: a.Motivo}
+	// A nack means what a 5xx does: the CAD could not apply it now. Its
+	// reason is kept as a body would be, as long.
+	motivo := a.Motivo
+	if len(motivo) > responseSnippet {
+		motivo = strings.ToValidUTF8(motivo[:responseSnippet], "")
+	}
+	return SendResult{Status: http.StatusServiceUnavailable, Snippet: motivo}
+}
+
+// dropped counts one more drop of the delivery key, returning the count.
+func (s *SessionSender) dropped(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drops == nil {
+		s.drops = map[string]int{}
+	}
+	s.drops[key]++
+	return s.drops[key]
+}
+
+// answeredBy forgets the drops of a delivery the CAD answered.
+func (s *SessionSender) answeredBy(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.drops, key)
 }

@@ -31,6 +31,7 @@ const (
 	// noticed within 30 s (SPEC 8d), two pings missed.
 	sessionPongWait  = 25 * time.Second
 	sessionWriteWait = 10 * time.Second
+	sessionRecheck   = time.Second
 	// sessionReadLimit bounds one answer: an id and a reason.
 	sessionReadLimit = 4 << 10
 )
@@ -67,27 +68,16 @@ func (h sessionHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Integrator) {
-	// Attached before the handshake ends: once the CAD's dial returns, its
-	// deliveries flow here (and the metrics and the console say so).
-	var sess *app.CADSession
-	reason := app.SessaoEncerrada
-	if in.Entrega == app.EntregaSessao && in.Ativo {
-		sess = s.Dispatcher.AttachSession(in.ID, s.remoteAddr(r))
-		defer func() {
-			s.Dispatcher.DetachSession(sess, reason)
-			s.Logger.Info("CAD session ended", "integrador", in.ID, "motivo", sess.Reason())
-		}()
-	}
+	key := r.Header.Get("Authorization")
 	conn, err := sessionUpgrader.Upgrade(sessionHijacker{w}, r, nil)
 	if err != nil {
-		reason = "o handshake do websocket falhou"
-		return // Upgrade answered with the reason
+		return // Upgrade answered with the reason; no session was replaced
 	}
 	defer conn.Close()
 	// The API's write deadline is for answers, not for a session.
 	conn.NetConn().SetDeadline(time.Time{})
 	closeWith := func(code int, reason string) {
-		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, truncateReason(reason)), time.Now().Add(time.Second))
 	}
 	switch {
 	case in.Entrega != app.EntregaSessao:
@@ -97,7 +87,13 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 		closeWith(websocket.ClosePolicyViolation, "integrador inativo: um administrador precisa reativá-lo")
 		return
 	}
+	sess := s.Dispatcher.AttachSession(in.ID, s.remoteAddr(r))
 	s.Logger.Info("CAD session attached", "integrador", in.ID, "endereco", sess.Endereco)
+	reason := app.SessaoEncerrada
+	defer func() {
+		s.Dispatcher.DetachSession(sess, reason)
+		s.Logger.Info("CAD session ended", "integrador", in.ID, "motivo", sess.Reason())
+	}()
 
 	gone := make(chan struct{})
 	bad := make(chan string, 1)
@@ -130,6 +126,11 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 
 	ping := time.NewTicker(sessionPingEvery)
 	defer ping.Stop()
+	// The key is checked again, as a console tail checks its login: a
+	// rotated key, or an integrator disabled, on any replica, ends the
+	// session within about a second (the key cache's life).
+	recheck := time.NewTicker(sessionRecheck)
+	defer recheck.Stop()
 	stopping := s.sessions.done()
 	for {
 		select {
@@ -144,15 +145,34 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 				reason = "a conexão caiu"
 				return
 			}
+		case <-recheck.C:
+			r.Header.Set("Authorization", key)
+			now, err := s.integratorKey(r, false)
+			switch {
+			case app.ErrorCode(err) == app.EUnauthorized:
+				reason = "a chave de API deixou de valer (rotacionada ou revogada)"
+				closeWith(websocket.ClosePolicyViolation, reason)
+				return
+			case err == nil && !now.Ativo:
+				reason = "integrador inativo: um administrador precisa reativá-lo"
+				closeWith(websocket.ClosePolicyViolation, reason)
+				return
+			}
 		case why := <-bad:
 			reason = why
-			closeWith(closeBadAnswer, truncateReason(why))
+			closeWith(closeBadAnswer, why)
 			return
 		case <-gone:
-			reason = "o CAD fechou a sessão ou parou de responder"
+			select {
+			case why := <-bad: // the reader stopped for a bad answer
+				reason = why
+				closeWith(closeBadAnswer, why)
+			default:
+				reason = "o CAD fechou a sessão ou parou de responder"
+			}
 			return
 		case <-sess.Done():
-			closeWith(closeReplaced, truncateReason(sess.Reason()))
+			closeWith(closeReplaced, sess.Reason())
 			return
 		case <-stopping:
 			closeWith(websocket.CloseGoingAway, app.SessaoEncerrada)

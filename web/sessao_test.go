@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/store/storetest"
 )
 
 // sessionDial opens GET /api/sessao with key.
@@ -72,8 +73,12 @@ func TestASessionReceivesEveryDeliveryInOrder(t *testing.T) {
 		t.Fatalf("created %+v", cad)
 	}
 	conn := e.sessionDial(t, cad.APIKey)
-	if m := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body); !strings.Contains(m, "geohub_sessions_connected 1") {
-		t.Fatalf("/metrics does not count the session:\n%s", m)
+	var metrics string
+	if !storetest.Poll(10*time.Second, func() bool {
+		metrics = string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
+		return strings.Contains(metrics, "geohub_sessions_connected 1")
+	}) {
+		t.Fatalf("/metrics does not count the session:\n%s", metrics)
 	}
 	for i := 1; i <= 10; i++ {
 		for _, a := range []string{"equipe:a", "equipe:b", "equipe:c"} {
@@ -215,5 +220,47 @@ func TestSessionsAreTheirIntegratorsAlone(t *testing.T) {
 	e.sessionDial(t, a.APIKey)
 	if ce := closed(connA); ce.Code != 4000 {
 		t.Fatalf("the replaced session: close %d %q, want 4000", ce.Code, ce.Text)
+	}
+}
+
+// A CAD that drops its session on the same delivery again and again does
+// not get it forever uncounted: past three drops each one is an attempt
+// without an answer. A rotated API key ends its session.
+func TestASessionDroppingOnOneDeliveryCountsAndARotatedKeyEndsIt(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	cad := e.sessionCreate(t, "CAD que cai")
+	ev := e.delPublish(t, "equipe:x", 1)
+	for range 4 {
+		conn := e.sessionDial(t, cad.APIKey)
+		if m := sessionRead(t, conn, cad.Segredo); m["x-geohub-evento-id"] != ev.EventID {
+			t.Fatalf("received %v", m)
+		}
+		conn.Close()
+	}
+	var d app.Delivery
+	e.waitRecorded(t, "the fourth drop counted", func() bool {
+		d = e.delOne(t, ev.EventID, cad.ID)
+		return d.Tentativas == 1
+	})
+	if d.Status != app.EntregaPendente || !strings.Contains(d.UltimoErro, "caiu") {
+		t.Fatalf("after four drops: %+v", d)
+	}
+
+	conn := e.sessionDial(t, cad.APIKey)
+	e.do(t, http.MethodPost, "/api/integradores/"+cad.ID+"/api_key/rotacionar", app.PapelAdmin, nil).want(t, http.StatusOK)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := conn.ReadMessage()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			if ce.Code != websocket.ClosePolicyViolation {
+				t.Fatalf("after the rotation: close %d %q, want 1008", ce.Code, ce.Text)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the rotation: %v, want a close frame", err)
+		}
 	}
 }
