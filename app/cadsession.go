@@ -28,8 +28,8 @@ const (
 )
 
 // errSessionGone is an attempt that did not reach the CAD: no session
-// here, or it ended before taking the message, or another session of the
-// integrator or the server's shutdown ended it. Not the CAD's failure, so
+// here, or it ended before taking the message, or the server's shutdown
+// ended it. Not the CAD's failure, so
 // the row waits, uncounted and due at once, for the next session, which
 // gets it before anything later of its aggregate (SPEC 8d). So is a
 // session that drops after taking the message, up to uncountedDrops times
@@ -245,7 +245,10 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 		default:
 		}
 		why := sess.Reason()
-		if why == SessaoSubstituida || why == SessaoEncerrada || s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
+		// A replacement counts as a drop: a CAD that crashes and dials
+		// again at once may replace its dead session before its end is
+		// seen. A shutdown is the server's, and does not.
+		if why == SessaoEncerrada || s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
 			return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, why), Transport: true}
 		}
 		return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", uncountedDrops+1, why), Transport: true}
