@@ -1,17 +1,15 @@
 package web
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/web/hijack"
 )
 
 // GET /api/sessao (SPEC 8d): a CAD that cannot receive webhooks dials in
@@ -41,35 +39,13 @@ const (
 var sessionUpgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 8192,
 	CheckOrigin: func(*http.Request) bool { return true }}
 
-// cadSessions ends every session when the server shuts down: hijacked
-// connections are outside http.Server.Shutdown.
-type cadSessions struct {
-	once    sync.Once
-	closing chan struct{}
-	closed  sync.Once
-}
-
-func (c *cadSessions) done() chan struct{} {
-	c.once.Do(func() { c.closing = make(chan struct{}) })
-	return c.closing
-}
-
 // CloseSessions tells every CAD session to close with "going away"; the
 // CADs reconnect once a server is back.
-func (s *Server) CloseSessions() {
-	ch := s.sessions.done()
-	s.sessions.closed.Do(func() { close(ch) })
-}
-
-type sessionHijacker struct{ http.ResponseWriter }
-
-func (h sessionHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(h.ResponseWriter).Hijack()
-}
+func (s *Server) CloseSessions() { s.sessions.Close() }
 
 func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Integrator) {
 	key := r.Header.Get("Authorization")
-	conn, err := sessionUpgrader.Upgrade(sessionHijacker{w}, r, nil)
+	conn, err := sessionUpgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return // Upgrade answered with the reason; no session was replaced
 	}
@@ -131,7 +107,7 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 	// session within about a second (the key cache's life).
 	recheck := time.NewTicker(sessionRecheck)
 	defer recheck.Stop()
-	stopping := s.sessions.done()
+	stopping := s.sessions.Done()
 	for {
 		select {
 		case msg := <-sess.Messages():

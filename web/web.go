@@ -22,6 +22,7 @@ import (
 	"geohub/app"
 	"geohub/app/ocorrencia"
 	"geohub/web/heavy"
+	"geohub/web/hijack"
 	"geohub/web/proxy"
 	"geohub/web/refused"
 )
@@ -61,7 +62,7 @@ type Server struct {
 	Refusals *app.Refusals
 	// Dispatcher delivers to the CAD sessions of GET /api/sessao.
 	Dispatcher *app.Dispatcher
-	sessions   cadSessions
+	sessions   hijack.Closing // ends the CAD sessions at shutdown
 }
 
 // Handler returns the routes of SPEC sections 4.4, 5 and 10.

@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/web/hijack"
 )
 
 // A live snapshot is the other kind of live view: where the rows a page
@@ -43,7 +44,7 @@ type snapshotMessage struct {
 // name; vista names the view in the metrics.
 func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, vista, key string, changed *app.Notifier,
 	render func(ctx context.Context) (map[string]templ.Component, error)) {
-	conn, err := upgrader.Upgrade(hijackable{w}, r, nil)
+	conn, err := upgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return
 	}
@@ -58,7 +59,7 @@ func (c *Console) serveSnapshot(w http.ResponseWriter, r *http.Request, vista, k
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stopping := c.tails.done()
+	stopping := c.tails.stop.Done()
 	feed, leave := c.feeds.join(vista+" "+key, func(ctx context.Context) (map[string]string, error) {
 		c.Metrics.LiveRendered(vista)
 		parts, err := render(ctx)

@@ -1,12 +1,10 @@
 package console
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"geohub/app"
+	"geohub/web/hijack"
 )
 
 // A live tail is pull-based: each socket keeps its own cursor and, when a
@@ -84,9 +83,7 @@ type tailMessage struct {
 // tails ends every open tail when the server shuts down (hijacked
 // connections are outside http.Server.Shutdown) and counts each account's.
 type tails struct {
-	once    sync.Once
-	closing chan struct{}
-	closed  sync.Once
+	stop hijack.Closing
 
 	mu   sync.Mutex
 	open map[string]int // by account
@@ -114,31 +111,17 @@ func (t *tails) leave(account string) {
 	}
 }
 
-func (t *tails) done() chan struct{} {
-	t.once.Do(func() { t.closing = make(chan struct{}) })
-	return t.closing
-}
-
 // CloseTails tells every live tail to close with "going away"; the scripts
 // reconnect once the server is back. Register it with
 // http.Server.RegisterOnShutdown.
 func (c *Console) CloseTails() {
-	ch := c.tails.done()
-	c.tails.closed.Do(func() { close(ch) })
-}
-
-// hijackable reaches the connection through wrappers that only expose
-// Unwrap (request logging), as gorilla asks the writer itself to hijack.
-type hijackable struct{ http.ResponseWriter }
-
-func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(h.ResponseWriter).Hijack()
+	c.tails.stop.Close()
 }
 
 // refuseTail answers a tail without a session: a browser cannot read the
 // status of a refused handshake, so it is accepted and closed with 4401.
 func (c *Console) refuseTail(w http.ResponseWriter, r *http.Request) {
-	conn, err := upgrader.Upgrade(hijackable{w}, r, nil)
+	conn, err := upgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return // Upgrade answered with the reason (403 for a foreign origin)
 	}
@@ -164,7 +147,7 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 		http.Error(w, "parâmetro de inválido: deve ser um número de sequência", http.StatusBadRequest)
 		return
 	}
-	conn, err := upgrader.Upgrade(hijackable{w}, r, nil)
+	conn, err := upgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return
 	}
@@ -179,7 +162,7 @@ func (c *Console) serveTail(w http.ResponseWriter, r *http.Request, src tailSour
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stopping := c.tails.done()
+	stopping := c.tails.stop.Done()
 	// Subscribe before the first read: whatever commits after that read
 	// wakes the loop, whatever committed before it is in the read.
 	wake, unsubscribe := src.changed.Subscribe()
