@@ -45,6 +45,11 @@ func (s *Server) CloseSessions() { s.sessions.Close() }
 
 func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Integrator) {
 	key := r.Header.Get("Authorization")
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.Fail(w, r, app.Errorf(app.EMalformed,
+			"GET /api/sessao é um websocket: abra com Connection: Upgrade e Upgrade: websocket (guia, seção 2.1)"))
+		return
+	}
 	conn, err := sessionUpgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return // Upgrade answered with the reason; no session was replaced

@@ -191,6 +191,10 @@ func TestSessionsAreTheirIntegratorsAlone(t *testing.T) {
 			}
 		}
 	}
+	// A plain GET is told what the route is, as any bad request is.
+	if res := e.doAuth(t, http.MethodGet, "/api/sessao", "Bearer "+a.APIKey, nil).want(t, http.StatusBadRequest); !strings.Contains(string(res.Body), `"malformado"`) {
+		t.Fatalf("a plain GET /api/sessao: %s", res.Body)
+	}
 	if ce := closed(e.sessionDial(t, web.APIKey)); ce.Code != 4001 {
 		t.Fatalf("a callback integrator's session: close %d %q, want 4001", ce.Code, ce.Text)
 	}
