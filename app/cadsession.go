@@ -234,14 +234,13 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 	}
 	select {
 	case a := <-answer:
-		s.answeredBy(in.ID + " " + req.EventID)
-		return answered(a)
+		return s.answered(in.ID+" "+req.EventID, a)
 	case <-sess.done:
 		// An answer read before the session ended counts: select picks
 		// among ready cases at random.
 		select {
 		case a := <-answer:
-			return answered(a)
+			return s.answered(in.ID+" "+req.EventID, a)
 		default:
 		}
 		why := sess.Reason()
@@ -255,7 +254,7 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 	case <-ctx.Done():
 		select {
 		case a := <-answer:
-			return answered(a)
+			return s.answered(in.ID+" "+req.EventID, a)
 		default:
 		}
 		return SendResult{Err: fmt.Errorf("não respondeu a tempo (sem ack em %s)", s.Timeout), Transport: true}
@@ -278,8 +277,12 @@ func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
 	d.Wake() // its queued rows go back at once
 }
 
-// answered is the attempt's result from the CAD's answer.
-func answered(a SessionAnswer) SendResult {
+// answered is the attempt's result from the CAD's answer to the delivery
+// key, whose drops it forgets.
+func (s *SessionSender) answered(key string, a SessionAnswer) SendResult {
+	s.mu.Lock()
+	delete(s.drops, key)
+	s.mu.Unlock()
 	if a.Ack != "" {
 		return SendResult{Status: http.StatusNoContent}
 	}
@@ -301,11 +304,4 @@ func (s *SessionSender) dropped(key string) int {
 	}
 	s.drops[key]++
 	return s.drops[key]
-}
-
-// answeredBy forgets the drops of a delivery the CAD answered.
-func (s *SessionSender) answeredBy(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.drops, key)
 }

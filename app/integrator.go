@@ -156,6 +156,7 @@ type Integrators struct {
 	healths  healths    // each integrator's last hour, fed by the dispatcher
 	mu       sync.RWMutex
 	all      []Integrator
+	byID     map[string]Integrator  // all by id: the dispatcher looks one up per integrator, per loop
 	secrets  map[string]openSecrets // opened secrets, per integrator
 	// rotations counts secret rotations, so that secrets read before one
 	// are not cached after it.
@@ -198,6 +199,10 @@ func (s *Integrators) Load(ctx context.Context) error {
 	}
 	if v >= s.version {
 		s.all, s.version = all, v
+		s.byID = make(map[string]Integrator, len(all))
+		for _, in := range all {
+			s.byID[in.ID] = in
+		}
 	}
 	s.mu.Unlock()
 	s.healths.mu.Lock()
@@ -373,10 +378,8 @@ func (s *Integrators) activeIDs() []string {
 func (s *Integrators) cached(id string) (Integrator, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, in := range s.all {
-		if in.ID == id {
-			return in, nil
-		}
+	if in, ok := s.byID[id]; ok {
+		return in, nil
 	}
 	return Integrator{}, Errorf(ENotFound, "integrador não encontrado")
 }
