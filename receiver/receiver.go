@@ -219,11 +219,18 @@ func (r *Receiver) discard(id, motivo string) {
 }
 
 func (r *Receiver) receive(req *http.Request) int {
-	h := req.Header
 	body, err := io.ReadAll(io.LimitReader(req.Body, r.cfg.MaxBody+1))
 	if err != nil {
 		return http.StatusBadRequest
 	}
+	return r.Receive(req.Context(), req.Header, body)
+}
+
+// Receive is ServeHTTP's work for a delivery that did not come as an HTTP
+// request, such as a session message ([geohub/receiver/session]): h holds
+// its headers and body the raw envelope. It returns the status ServeHTTP
+// would answer.
+func (r *Receiver) Receive(ctx context.Context, h http.Header, body []byte) int {
 	if int64(len(body)) > r.cfg.MaxBody {
 		r.discard(h.Get(HeaderEventoID), MotivoCorpoGrande)
 		return http.StatusRequestEntityTooLarge
@@ -256,9 +263,9 @@ func (r *Receiver) receive(req *http.Request) int {
 	}
 
 	if d.Agregado == "" || d.Sequencia == 0 {
-		return r.unordered(req.Context(), d)
+		return r.unordered(ctx, d)
 	}
-	return r.ordered(req.Context(), d)
+	return r.ordered(ctx, d)
 }
 
 // verify returns "" when the timestamp is inside the window and a signature
