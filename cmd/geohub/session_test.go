@@ -28,10 +28,10 @@ type sessionCAD struct {
 	ended   chan error
 
 	mu       sync.Mutex
-	applied  map[string][]int64 // sequences applied per aggregate, in order
-	ids      map[string]int     // applications per envelope id
-	discards []string           // "motivo eventoID"
-	conns    []net.Conn         // the session's connections, newest last
+	applied  map[string][]int64             // sequences applied per aggregate, in order
+	ids      map[string]int                 // applications per envelope id
+	discards []string                       // "motivo eventoID"
+	conns    []net.Conn                     // the session's connections, newest last
 	hold     func(d receiver.Delivery) bool // whose Apply waits for release
 	release  chan struct{}
 }
