@@ -537,3 +537,23 @@ ALTER TABLE outbox ADD COLUMN lease_token INTEGER;
 -- (GET /api/sessao); a session integrator has no callback_url ('').
 ALTER TABLE integrator ADD COLUMN entrega TEXT NOT NULL DEFAULT 'callback'
     CHECK (entrega IN ('callback', 'sessao'));
+
+-- migration: 20
+
+-- The last CAD session of each session integrator (SPEC 8d, issue 29), as
+-- every process sees it: which session (sessao_id, new at every attach)
+-- and which process (origem) hold it, from where and since when; visto_em
+-- is its heartbeat, pendentes its deliveries then unanswered. A session
+-- that finds another sessao_id here was replaced, on whichever replica:
+-- one session per integrator. encerrada_em is 0 while open.
+CREATE TABLE sessao_cad (
+    integrador_id TEXT    PRIMARY KEY,
+    sessao_id     TEXT    NOT NULL,
+    origem        TEXT    NOT NULL,
+    endereco      TEXT    NOT NULL,
+    desde         INTEGER NOT NULL, -- unix milliseconds
+    visto_em      INTEGER NOT NULL,
+    pendentes     INTEGER NOT NULL,
+    encerrada_em  INTEGER NOT NULL,
+    motivo        TEXT    NOT NULL
+) WITHOUT ROWID;

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // CAD sessions (SPEC 8d): a CAD behind NAT dials GET /api/sessao and
@@ -38,6 +41,72 @@ const (
 // have it again forever, uncounted.
 var errSessionGone = errors.New("sessão do integrador ausente")
 
+// CADSessionRecord is an integrator's last CAD session as every process
+// sees it: which session holds the integrator, in which process, from
+// where, since when, last seen alive when, with how many deliveries then
+// unanswered, and when and why it ended (zero while open).
+type CADSessionRecord struct {
+	Integrador  string    `json:"-"`
+	Sessao      string    `json:"id"`
+	Origem      string    `json:"replica"`
+	Endereco    string    `json:"endereco"`
+	Desde       time.Time `json:"desde"`
+	VistoEm     time.Time `json:"visto_em"`
+	Pendentes   int       `json:"sem_resposta"`
+	EncerradaEm time.Time `json:"encerrada_em,omitzero"`
+	Motivo      string    `json:"motivo,omitempty"`
+}
+
+// CADSessionStore keeps each session integrator's last session, shared by
+// the replicas: one session per integrator across all of them.
+type CADSessionStore interface {
+	// SaveCADSession records r as the integrator's session, over whatever
+	// session it had.
+	SaveCADSession(ctx context.Context, r CADSessionRecord) error
+	// TouchCADSession records session sessao alive at `at` with pendentes
+	// deliveries unanswered; false when it is no longer the integrator's
+	// open session.
+	TouchCADSession(ctx context.Context, integrador, sessao string, at time.Time, pendentes int) (bool, error)
+	// EndCADSession records the end of session sessao, if it is still the
+	// integrator's open session.
+	EndCADSession(ctx context.Context, integrador, sessao string, at time.Time, motivo string) error
+	// CADSessionRecord reads the integrator's last session; false if it
+	// never had one.
+	CADSessionRecord(ctx context.Context, integrador string) (CADSessionRecord, bool, error)
+	// CADSessionRecords reads the last session of every integrator that
+	// had one.
+	CADSessionRecords(ctx context.Context) ([]CADSessionRecord, error)
+}
+
+// SessionHeartbeat is how often an open session's record is written
+// alive; one not written for SessionStale is taken as gone (its process
+// died without ending it).
+const (
+	SessionHeartbeat = 10 * time.Second
+	SessionStale     = 3 * SessionHeartbeat
+)
+
+// CADSessionStatus is what the console and the API show of a session
+// integrator's last session.
+type CADSessionStatus struct {
+	// Conectada: the session is open and was seen within SessionStale.
+	Conectada bool `json:"conectada"`
+	CADSessionRecord
+	// Janela is how many deliveries may wait unanswered at once.
+	Janela int `json:"janela"`
+}
+
+// sessionStatus is r as shown: connected while open and alive, with the
+// live unanswered count when the session is attached here.
+func sessionStatus(r CADSessionRecord, here *CADSession, now time.Time, janela int) *CADSessionStatus {
+	st := &CADSessionStatus{CADSessionRecord: r, Janela: janela,
+		Conectada: r.EncerradaEm.IsZero() && now.Sub(r.VistoEm) < SessionStale}
+	if here != nil && here.ID == r.Sessao {
+		st.Pendentes, st.Conectada = here.unanswered(), true
+	}
+	return st
+}
+
 // CADSessions are the CAD sessions attached to this process, one per
 // integrator at most.
 type CADSessions struct {
@@ -49,6 +118,7 @@ type CADSessions struct {
 // yields and hands each answer the CAD sends to Answer; the session ends
 // when Done closes, with Reason.
 type CADSession struct {
+	ID         string // new at every attach: the store's sessao_id
 	Integrador string
 	Endereco   string
 	Desde      time.Time
@@ -72,7 +142,7 @@ type SessionAnswer struct {
 // Attach makes s the integrator's session here, ending the one it
 // replaces.
 func (ss *CADSessions) Attach(integrador, endereco string, now time.Time) *CADSession {
-	s := &CADSession{Integrador: integrador, Endereco: endereco, Desde: now,
+	s := &CADSession{ID: uuid.NewString(), Integrador: integrador, Endereco: endereco, Desde: now,
 		messages: make(chan []byte), done: make(chan struct{}), waiting: map[string]chan SessionAnswer{}}
 	ss.mu.Lock()
 	if ss.byID == nil {
@@ -262,12 +332,19 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 }
 
 // AttachSession makes a new session of integrador the one this process
-// delivers to, and claims its rows at once.
-func (d *Dispatcher) AttachSession(integrador, endereco string) *CADSession {
+// delivers to, and claims its rows at once. The shared record names it
+// the integrator's session on every replica: one elsewhere sees it was
+// replaced (CheckSession) and ends.
+func (d *Dispatcher) AttachSession(ctx context.Context, integrador, endereco string) (*CADSession, error) {
 	d.init()
 	s := d.CADSessions.Attach(integrador, endereco, d.Now())
+	if err := d.SessionRecords.SaveCADSession(ctx, CADSessionRecord{Integrador: integrador, Sessao: s.ID, Origem: processName,
+		Endereco: endereco, Desde: s.Desde}); err != nil {
+		d.CADSessions.Detach(s, "não foi possível registrar a sessão")
+		return nil, err
+	}
 	d.Wake()
-	return s
+	return s, nil
 }
 
 // DetachSession ends s: its rows wait, unclaimed here, for the next.
@@ -275,7 +352,46 @@ func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
 	d.init()
 	d.CADSessions.Detach(s, reason)
 	d.Wake() // its queued rows go back at once
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.SessionRecords.EndCADSession(ctx, s.Integrador, s.ID, d.Now(), reason); err != nil {
+		d.Logger.Warn("record the end of a CAD session", "integrador", s.Integrador, "err", err)
+	}
 }
+
+// CheckSession says whether s is still its integrator's session: false
+// once a newer one attached to any replica.
+func (d *Dispatcher) CheckSession(ctx context.Context, s *CADSession) (bool, error) {
+	r, ok, err := d.SessionRecords.CADSessionRecord(ctx, s.Integrador)
+	if err != nil {
+		return true, err // a failed read is no proof that it was replaced
+	}
+	return ok && r.Sessao == s.ID && r.EncerradaEm.IsZero(), nil
+}
+
+// TouchSession records s alive, with its deliveries unanswered now; false
+// once a newer session replaced it.
+func (d *Dispatcher) TouchSession(ctx context.Context, s *CADSession) (bool, error) {
+	ok, err := d.SessionRecords.TouchCADSession(ctx, s.Integrador, s.ID, d.Now(), s.unanswered())
+	if err != nil {
+		return true, err
+	}
+	return ok, nil
+}
+
+// unanswered is how many deliveries wait for the CAD's answer.
+func (s *CADSession) unanswered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiting)
+}
+
+// processName names this process in the session records: the host and
+// the pid, what an operator finds a replica by.
+var processName = func() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}()
 
 // answered is the attempt's result from the CAD's answer to the delivery
 // key, whose drops it forgets.

@@ -92,8 +92,10 @@ type Dispatcher struct {
 	// Sender sends the deliveries; default a SessionSender: over the CAD's
 	// session, or an HTTPSender's POST on Policy.
 	Sender Sender
-	// CADSessions are the sessions of CADs attached here (SPEC 8d).
-	CADSessions *CADSessions
+	// CADSessions are the sessions of CADs attached here (SPEC 8d);
+	// SessionRecords their records shared by the replicas.
+	CADSessions    *CADSessions
+	SessionRecords CADSessionStore
 	// Signals are test hooks; see DispatchSignals.
 	Signals DispatchSignals
 	// Leader, when set, keeps the periodic duties (the purges) to the

@@ -49,6 +49,9 @@ type Integrator struct {
 	// (see callback.Policy.Refusal): its deliveries fail until an admin
 	// fixes the URL. Filled in by Get and List.
 	CallbackRecusado string `json:"callback_recusado,omitempty"`
+	// Sessao is a session integrator's last session (SPEC 8d), as every
+	// replica sees it; nil before its first. Filled in by Get and List.
+	Sessao *CADSessionStatus `json:"sessao,omitempty"`
 }
 
 // How an integrator receives its deliveries (SPEC 8d): posted to its
@@ -113,6 +116,7 @@ type IntegratorSecrets struct {
 type IntegratorStore interface {
 	AuditLog
 	CircuitStore
+	CADSessionStore
 	CadastroVersioner
 	InsertIntegrator(ctx context.Context, in Integrator, sealedSecret []byte, apiKeyHash string, audit *AuditEntry) error
 	Integrators(ctx context.Context) ([]Integrator, error)
@@ -146,10 +150,15 @@ var eventPattern = regexp.MustCompile(`^(\*|[a-z][a-z0-9-]*:(\*|[a-z][a-z0-9-]*)
 // store's cadastro version move: within SharedRefresh. An API key replaced
 // anywhere stops at once everywhere: Authenticate reads the store.
 type Integrators struct {
-	Store  IntegratorStore
-	Sealer *keys.Sealer
-	Policy callback.Policy
-	Now    func() time.Time
+	Store IntegratorStore
+	// CADSessions are the sessions attached to this process, whose
+	// unanswered deliveries Get and List count live; Janela the window
+	// they are shown against (the dispatcher's PerIntegrator).
+	CADSessions *CADSessions
+	Janela      int
+	Sealer      *keys.Sealer
+	Policy      callback.Policy
+	Now         func() time.Time
 
 	writeMu  sync.Mutex // serialises read-modify-write changes of the cadastro
 	circuits circuits   // each integrator's breaker, fed by the dispatcher
@@ -299,10 +308,29 @@ func (s *Integrators) List(ctx context.Context) ([]Integrator, error) {
 	if err != nil {
 		return nil, err
 	}
+	records, err := s.Store.CADSessionRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sessions := make(map[string]CADSessionRecord, len(records))
+	for _, r := range records {
+		sessions[r.Integrador] = r
+	}
 	for i := range all {
 		s.fillState(&all[i], backlogs[all[i].ID])
+		if r, ok := sessions[all[i].ID]; ok && all[i].Entrega == EntregaSessao {
+			all[i].Sessao = s.sessionStatus(r)
+		}
 	}
 	return all, nil
+}
+
+func (s *Integrators) sessionStatus(r CADSessionRecord) *CADSessionStatus {
+	var here *CADSession
+	if s.CADSessions != nil {
+		here = s.CADSessions.Get(r.Integrador)
+	}
+	return sessionStatus(r, here, s.Now(), s.Janela)
 }
 
 // fillState adds what is not stored: the circuit and the last hour.
@@ -357,6 +385,15 @@ func (s *Integrators) Get(ctx context.Context, id string) (Integrator, error) {
 		return Integrator{}, err
 	}
 	s.fillState(&in, backlogs[id])
+	if in.Entrega == EntregaSessao {
+		r, ok, err := s.Store.CADSessionRecord(ctx, id)
+		if err != nil {
+			return Integrator{}, err
+		}
+		if ok {
+			in.Sessao = s.sessionStatus(r)
+		}
+	}
 	return in, nil
 }
 

@@ -162,7 +162,11 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 	if err != nil {
 		return nil, err
 	}
-	integrators := &Integrators{Store: db, Sealer: sealer, Now: d.Now, Policy: d.Policy}
+	perIntegrator := d.PerIntegrator
+	if perIntegrator == 0 {
+		perIntegrator = DefaultPerIntegrator
+	}
+	integrators := &Integrators{Store: db, Sealer: sealer, Now: d.Now, Policy: d.Policy, CADSessions: cadSessions, Janela: perIntegrator}
 	if err := integrators.Load(ctx); err != nil {
 		return nil, err
 	}
@@ -204,7 +208,7 @@ func New(ctx context.Context, d Deps) (*Services, error) {
 	s.Dispatcher = &Dispatcher{Store: db, Integrators: integrators, Policy: d.Policy,
 		Now: d.Now, Monotonic: leaseClock, Logger: d.Logger, Metrics: metrics, Version: d.Version, AutoDisable: d.AutoDisable,
 		ReapOnStart: d.ReapOnStart, Retention: d.Retention, DeadLetterRetention: d.DeadLetterRetention,
-		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader, CADSessions: cadSessions}
+		PerIntegrator: d.PerIntegrator, OnRecorded: s.AttemptsChanged.Notify, Leader: s.Leader, CADSessions: cadSessions, SessionRecords: db}
 	s.Deliveries = &Deliveries{Store: db, Slots: db, Dispatcher: s.Dispatcher, Sealer: sealer, Now: d.Now,
 		Tester: NewTester(d.Policy, DeliveryTimeout, d.Now, d.Version), Publisher: publisher}
 	db.OnCommit(s.Committed)

@@ -68,7 +68,12 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 		closeWith(websocket.ClosePolicyViolation, "integrador inativo: um administrador precisa reativá-lo")
 		return
 	}
-	sess := s.Dispatcher.AttachSession(in.ID, s.remoteAddr(r))
+	sess, err := s.Dispatcher.AttachSession(r.Context(), in.ID, s.remoteAddr(r))
+	if err != nil {
+		s.Logger.Error("attach a CAD session", "integrador", in.ID, "err", err)
+		closeWith(websocket.CloseTryAgainLater, "o servidor não conseguiu registrar a sessão: reconecte")
+		return
+	}
 	s.Logger.Info("CAD session attached", "integrador", in.ID, "endereco", sess.Endereco)
 	reason := app.SessaoEncerrada
 	defer func() {
@@ -126,7 +131,23 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 				reason = "a conexão caiu"
 				return
 			}
+			// The heartbeat, for the console of every replica; a session
+			// replaced elsewhere learns it here too.
+			if held, err := s.Dispatcher.TouchSession(r.Context(), sess); err != nil {
+				s.Logger.Warn("record a CAD session alive", "integrador", in.ID, "err", err)
+			} else if !held {
+				reason = app.SessaoSubstituida
+				closeWith(closeReplaced, reason)
+				return
+			}
 		case <-recheck.C:
+			// Another session of the integrator, on another replica,
+			// took over: one session per integrator (SPEC 8d).
+			if held, err := s.Dispatcher.CheckSession(r.Context(), sess); err == nil && !held {
+				reason = app.SessaoSubstituida
+				closeWith(closeReplaced, reason)
+				return
+			}
 			r.Header.Set("Authorization", key)
 			now, err := s.integratorKey(r, false)
 			switch {

@@ -338,3 +338,54 @@ func TestSessionDeliveriesSurviveKill9(t *testing.T) {
 	}
 	t.Logf("%d applied before the kill, all %d once and in order after it, over %d sessions", before, len(ids), len(cad.conns))
 }
+
+// SPEC 8d on PostgreSQL: a session may attach to any replica, one session
+// per integrator holds across them (a second one on another replica
+// replaces the first, with 4000), and the integrator's deliveries, even of
+// events published through the other replica, go out through the one
+// that holds its session, in order. Every replica's API shows where the
+// session is.
+func TestOneSessionPerIntegratorAcrossReplicas(t *testing.T) {
+	rs := newReplicaSet(t, 2)
+	a, b := rs.nodes[0], rs.nodes[1]
+	token := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", rs.dirs[0]))
+	client := &http.Client{Timeout: 10 * time.Second}
+	in := createSessionIntegrator(t, client, a.addr, token, "CAD atrás de NAT", `"jornada:*"`)
+	first := startSessionCAD(t, a.addr, in)
+	waitFor(t, 30*time.Second, "the session to attach to the first replica", func() (bool, string) {
+		metrics := string(apiCall(t, client, "GET", "http://"+a.addr+"/metrics", token, ""))
+		return strings.Contains(metrics, "geohub_sessions_connected 1"), "not attached"
+	})
+	second := startSessionCAD(t, b.addr, in)
+	select {
+	case err := <-first.ended:
+		var closed *session.CloseError
+		if !errors.As(err, &closed) || closed.Code != session.CloseReplaced {
+			t.Errorf("the session on the first replica ended with %v, want 4000", err)
+		}
+		first.ended <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second session on another replica did not replace the first")
+	}
+
+	want := map[string]int{}
+	for range 10 {
+		for _, agg := range []string{"jornada:turno-a", "jornada:turno-b", "jornada:turno-c"} {
+			publishTo(t, client, a.addr, token, agg)
+			want[agg]++
+		}
+	}
+	second.arrived.await(t, time.Minute, "the events published on the first replica, through the second", func() (bool, string) {
+		return second.ordered(want)
+	})
+	var got struct {
+		Sessao struct {
+			Conectada bool   `json:"conectada"`
+			Replica   string `json:"replica"`
+		} `json:"sessao"`
+	}
+	json.Unmarshal(apiCall(t, client, "GET", "http://"+a.addr+"/api/integradores/"+in.ID, token, ""), &got)
+	if !got.Sessao.Conectada || !strings.HasSuffix(got.Sessao.Replica, fmt.Sprintf(":%d", b.cmd.Process.Pid)) {
+		t.Errorf("the first replica's API shows the session as %+v, want connected on pid %d", got.Sessao, b.cmd.Process.Pid)
+	}
+}

@@ -505,3 +505,19 @@ ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum
 -- How an integrator receives (SPEC 8d, issue 29), as SQLite's migration 19.
 ALTER TABLE integrator ADD COLUMN entrega TEXT NOT NULL DEFAULT 'callback'
     CHECK (entrega IN ('callback', 'sessao'));
+
+-- migration: 13
+
+-- The last CAD session of each session integrator (SPEC 8d, issue 29), as
+-- SQLite's migration 20: one session per integrator across the replicas.
+CREATE TABLE sessao_cad (
+    integrador_id TEXT    PRIMARY KEY,
+    sessao_id     TEXT    NOT NULL,
+    origem        TEXT    NOT NULL,
+    endereco      TEXT    NOT NULL,
+    desde         BIGINT  NOT NULL,
+    visto_em      BIGINT  NOT NULL,
+    pendentes     INTEGER NOT NULL,
+    encerrada_em  BIGINT  NOT NULL,
+    motivo        TEXT    NOT NULL
+);

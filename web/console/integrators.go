@@ -20,7 +20,7 @@ import (
 
 // integratorFields are the create form's fields, in the names the API
 // errors point at (/callback_url, /hosts_permitidos/2...).
-var integratorFields = []string{"nome", "callback_url", "hosts_permitidos", "eventos", "backoff"}
+var integratorFields = []string{"nome", "entrega", "callback_url", "hosts_permitidos", "eventos", "backoff"}
 
 // editFields are the edit form's; the name is fixed at creation.
 // editFields are the edit form's fields. Enabling and disabling are their
@@ -90,6 +90,7 @@ func (c *Console) createIntegrator(w http.ResponseWriter, r *http.Request) {
 	}
 	req := app.NewIntegrator{
 		Nome:            strings.TrimSpace(f.V("nome")),
+		Entrega:         f.V("entrega"),
 		CallbackURL:     strings.TrimSpace(f.V("callback_url")),
 		HostsPermitidos: splitList(f.V("hosts_permitidos")),
 		Eventos:         splitList(f.V("eventos")),
@@ -756,4 +757,29 @@ func httpStatus(code int) string {
 		return strconv.Itoa(code) + " (" + label + ")"
 	}
 	return strconv.Itoa(code)
+}
+
+// sessionState is a session integrator's state for the page's tests and
+// styles: conectada, desconectada or nunca.
+func sessionState(in app.Integrator) string {
+	switch {
+	case in.Sessao == nil:
+		return "nunca"
+	case in.Sessao.Conectada:
+		return "conectada"
+	}
+	return "desconectada"
+}
+
+// sessionSummary is the list's word on a session integrator's session.
+func sessionSummary(in app.Integrator, now time.Time) string {
+	switch {
+	case in.Sessao == nil:
+		return "sessão: nunca conectou"
+	case in.Sessao.Conectada:
+		return fmt.Sprintf("sessão conectada (%d sem resposta)", in.Sessao.Pendentes)
+	case !in.Sessao.EncerradaEm.IsZero():
+		return "sessão desconectada " + ago(in.Sessao.EncerradaEm, now)
+	}
+	return "sessão sem sinal " + ago(in.Sessao.VistoEm, now)
 }
