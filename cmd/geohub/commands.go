@@ -90,6 +90,8 @@ func serveConfig(args []string) (cfg Config, run bool, err error) {
 	databaseFlags(fs, &d)
 	fs.StringVar(&cfg.Addr, "addr", envOr("GEOHUB_ADDR", "127.0.0.1:8080"), "listen address (env GEOHUB_ADDR)")
 	fs.BoolVar(&cfg.Demo, "demo", envOr("GEOHUB_DEMO", "") == "1", "load fixtures/ so the console comes alive (env GEOHUB_DEMO=1)")
+	fs.BoolVar(&cfg.DemoSessao, "demo-sessao", envOr("GEOHUB_DEMO_SESSAO", "") == "1",
+		"--demo with the CAD simulator receiving over a session (GET /api/sessao) instead of a callback (env GEOHUB_DEMO_SESSAO=1)")
 	fs.BoolVar(&cfg.InsecureCallbacks, "insecure-callbacks", envOr("GEOHUB_INSECURE_CALLBACKS", "") == "1",
 		"allow http:// and loopback callback URLs: local demos and tests only (env GEOHUB_INSECURE_CALLBACKS=1)")
 	fs.BoolVar(&cfg.NoAutoDisable, "no-auto-disable", envOr("GEOHUB_NO_AUTO_DISABLE", "") == "1",

@@ -20,6 +20,7 @@ import (
 
 	"geohub/app"
 	"geohub/fixtures"
+	"geohub/receiver/session"
 	"geohub/receiver/simulator"
 )
 
@@ -27,6 +28,18 @@ import (
 // data directory, as a real CAD keeps its credentials in its own config:
 // the API key is shown only once, and restarts must reuse it.
 const demoCredentialsFile = "demo-cad.json"
+
+// demoSessionCredentialsFile is the same for --demo-sessao, whose
+// integrator receives over a session: an integrator's entrega never
+// changes, so each mode has its own.
+const demoSessionCredentialsFile = "demo-cad-sessao.json"
+
+func demoFile(session bool) string {
+	if session {
+		return demoSessionCredentialsFile
+	}
+	return demoCredentialsFile
+}
 
 type demoCredentials struct {
 	ID     string `json:"id"`
@@ -42,6 +55,9 @@ type demo struct {
 	integrators *app.Integrators
 	publisher   *app.Publisher
 	logger      *slog.Logger
+	// session: the simulator dials GET /api/sessao (--demo-sessao), as a
+	// CAD behind NAT does, instead of listening for callbacks.
+	session bool
 }
 
 // start launches the demo and returns a function that waits for it to stop
@@ -51,14 +67,19 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("demo fixtures: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("demo listener: %w", err)
+	var ln net.Listener
+	var callback string
+	if !d.session {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("demo listener: %w", err)
+		}
+		callback = "http://" + ln.Addr().String() + "/geohub/eventos"
 	}
-	callback := "http://" + ln.Addr().String() + "/geohub/eventos"
 	creds, err := d.integrator(ctx, fx, callback)
 	if err != nil {
-		ln.Close()
+		if ln != nil {
+			ln.Close()
+		}
 		return nil, err
 	}
 	// The simulator's play by play is debug: at info the server's own few
@@ -85,11 +106,27 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("demo receiver stopped", "err", err)
-		}
-	})
+	if d.session {
+		wg.Go(func() {
+			err := session.Run(ctx, session.Config{URL: d.geohub, APIKey: creds.APIKey, Receiver: cad.Handler(),
+				OnState: func(s session.State) {
+					if s.Connected {
+						d.logger.Info("demo CAD session connected", "integrador", creds.ID)
+					} else if ctx.Err() == nil {
+						d.logger.Warn("demo CAD session ended", "integrador", creds.ID, "err", s.Err, "nova_tentativa_em", s.Retry)
+					}
+				}})
+			if err != nil && ctx.Err() == nil {
+				log.Error("demo session stopped", "err", err)
+			}
+		})
+	} else {
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("demo receiver stopped", "err", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		if err := cad.Run(ctx, simulator.RunConfig{}); err != nil && ctx.Err() == nil {
 			log.Error("demo simulator stopped", "err", err)
@@ -97,8 +134,13 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 	})
 	wg.Go(func() { d.jornadas(ctx, fx) })
 	wg.Go(func() { quiet.summarize(ctx, d.logger, time.Minute) })
-	d.logger.Info("demo running: the CAD simulator sends commands and receives webhooks",
-		"integrador", creds.ID, "callback", callback)
+	if d.session {
+		d.logger.Info("demo running: the CAD simulator sends commands and receives its deliveries over a session",
+			"integrador", creds.ID)
+	} else {
+		d.logger.Info("demo running: the CAD simulator sends commands and receives webhooks",
+			"integrador", creds.ID, "callback", callback)
+	}
 	return func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -111,7 +153,7 @@ func (d *demo) start(ctx context.Context) (wait func(), err error) {
 // integrator returns the demo integrator, created on the first --demo start
 // and pointed at this run's callback on every later one.
 func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string) (demoCredentials, error) {
-	path := filepath.Join(d.data, demoCredentialsFile)
+	path := filepath.Join(d.data, demoFile(d.session))
 	var creds demoCredentials
 	raw, err := os.ReadFile(path)
 	switch {
@@ -124,7 +166,11 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 		// The callback moves with each run, and a demo paused by a serve
 		// without --demo comes back; an admin who disabled the demo
 		// integrator keeps it disabled.
-		in, err := d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{CallbackURL: &callback})
+		var patch app.IntegratorPatch
+		if !d.session {
+			patch.CallbackURL = &callback
+		}
+		in, err := d.integrators.Update(ctx, creds.ID, patch)
 		if err == nil && !in.Ativo && in.MotivoInativo == demoPaused {
 			on := true
 			_, err = d.integrators.Update(ctx, creds.ID, app.IntegratorPatch{Ativo: &on})
@@ -139,8 +185,12 @@ func (d *demo) integrator(ctx context.Context, fx fixtures.Demo, callback string
 	case !errors.Is(err, fs.ErrNotExist):
 		return creds, err
 	}
-	created, err := d.integrators.Create(ctx, app.NewIntegrator{Nome: fx.Integrador.Nome, CallbackURL: callback,
-		HostsPermitidos: []string{"127.0.0.1"}, Eventos: fx.Integrador.Eventos})
+	req := app.NewIntegrator{Nome: fx.Integrador.Nome, CallbackURL: callback,
+		HostsPermitidos: []string{"127.0.0.1"}, Eventos: fx.Integrador.Eventos}
+	if d.session {
+		req = app.NewIntegrator{Nome: fx.Integrador.Nome + " (sessão)", Entrega: app.EntregaSessao, Eventos: fx.Integrador.Eventos}
+	}
+	created, err := d.integrators.Create(ctx, req)
 	if err != nil {
 		return creds, fmt.Errorf("create demo integrator: %w", err)
 	}
@@ -155,8 +205,8 @@ const demoPaused = "demonstração parada: o CAD simulado só recebe com serve -
 
 // pauseDemo deactivates the demo integrator of an earlier --demo run on
 // this data directory, when serve starts without --demo.
-func pauseDemo(ctx context.Context, data string, integrators *app.Integrators, logger *slog.Logger) error {
-	raw, err := os.ReadFile(filepath.Join(data, demoCredentialsFile))
+func pauseDemo(ctx context.Context, data, file string, integrators *app.Integrators, logger *slog.Logger) error {
+	raw, err := os.ReadFile(filepath.Join(data, file))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -33,6 +33,7 @@ type Config struct {
 	DB, MasterKeyFile string // see Database
 	Addr              string
 	Demo              bool
+	DemoSessao        bool // the demo's CAD receives over a session (implies Demo)
 	InsecureCallbacks bool
 	NoAutoDisable     bool
 	LogFormat         string
@@ -237,6 +238,7 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 // requests, stop consumers, let the writer finish, checkpoint the WAL.
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
+	cfg.Demo = cfg.Demo || cfg.DemoSessao
 	if cfg.Demo {
 		// The demo's CAD simulator listens on loopback over http.
 		cfg.InsecureCallbacks = true
@@ -323,8 +325,13 @@ func (m *Main) Run(ctx context.Context) error {
 	// loop, the dispatcher, the consumers, after the HTTP server and the
 	// demo (deferred below) are done.
 	defer svc.Stop()
-	if !cfg.Demo {
-		if err := pauseDemo(ctx, cfg.Data, svc.Integrators, logger); err != nil {
+	// The demo integrator of the mode not running now is paused: nothing
+	// of this run receives for it.
+	for _, file := range []string{demoCredentialsFile, demoSessionCredentialsFile} {
+		if cfg.Demo && file == demoFile(cfg.DemoSessao) {
+			continue
+		}
+		if err := pauseDemo(ctx, cfg.Data, file, svc.Integrators, logger); err != nil {
 			return err
 		}
 	}
@@ -365,7 +372,8 @@ func (m *Main) Run(ctx context.Context) error {
 		// The demo stops when Run returns for any reason, not only on a
 		// signal: an HTTP server failure must not leave it waiting.
 		demoCtx, stopDemo := context.WithCancel(ctx)
-		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: svc.Integrators, publisher: svc.Publisher, logger: logger}
+		d := &demo{data: cfg.Data, geohub: loopbackURL(m.Addr), integrators: svc.Integrators, publisher: svc.Publisher, logger: logger,
+			session: cfg.DemoSessao}
 		waitDemo, err := d.start(demoCtx)
 		if err != nil {
 			stopDemo()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -388,4 +389,62 @@ func TestOneSessionPerIntegratorAcrossReplicas(t *testing.T) {
 	if !got.Sessao.Conectada || !strings.HasSuffix(got.Sessao.Replica, fmt.Sprintf(":%d", b.cmd.Process.Pid)) {
 		t.Errorf("the first replica's API shows the session as %+v, want connected on pid %d", got.Sessao, b.cmd.Process.Pid)
 	}
+}
+
+// --demo-sessao runs the demo with its CAD simulator behind "NAT": no
+// callback, its deliveries (the ocorrências it registers, its commands'
+// outcomes) come over the session it dials. A later serve --demo pauses
+// that integrator, as it pauses the callback one without --demo.
+func TestDemoSessaoDeliversOverASession(t *testing.T) {
+	alongside(t)
+	data := t.TempDir()
+	client := &http.Client{Timeout: 10 * time.Second}
+	srv := startServer(t, data, "--demo-sessao")
+	admin := lastLine(runCLI(t, "token", "create", "--papel", "admin", "--data", data))
+	type integrators struct {
+		Linhas []struct {
+			ID, Entrega   string
+			Ativo         bool
+			MotivoInativo string `json:"motivo_inativo"`
+			Sessao        *struct {
+				Conectada bool `json:"conectada"`
+			} `json:"sessao"`
+		}
+	}
+	waitFor(t, 30*time.Second, "demo events delivered over the session", func() (bool, string) {
+		var list integrators
+		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/integradores", admin, ""), &list)
+		if len(list.Linhas) != 1 || list.Linhas[0].Entrega != "sessao" || list.Linhas[0].Sessao == nil || !list.Linhas[0].Sessao.Conectada {
+			return false, fmt.Sprintf("integrators %+v", list)
+		}
+		var page struct {
+			Linhas []struct{ Tipo, Status string }
+		}
+		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/entregas?limite=500&status=entregue&integrador="+list.Linhas[0].ID, admin, ""), &page)
+		seen := map[string]int{}
+		for _, d := range page.Linhas {
+			seen[d.Tipo]++
+		}
+		return seen["ocorrencia:registrada"] > 0 && seen["integracao:comando-concluido"] > 0, fmt.Sprintf("%v\n%s", seen, srv.out)
+	})
+	srv.cmd.Process.Signal(os.Interrupt)
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("the demo did not exit cleanly: %v\n%s", err, srv.out)
+	}
+
+	srv = startServer(t, data, "--demo")
+	waitFor(t, 30*time.Second, "--demo pauses the session demo and runs the callback one", func() (bool, string) {
+		var list integrators
+		json.Unmarshal(apiCall(t, client, "GET", "http://"+srv.addr+"/api/integradores", admin, ""), &list)
+		paused, running := 0, 0
+		for _, in := range list.Linhas {
+			if in.Entrega == "sessao" && !in.Ativo && strings.Contains(in.MotivoInativo, "serve --demo") {
+				paused++
+			}
+			if in.Entrega == "callback" && in.Ativo {
+				running++
+			}
+		}
+		return paused == 1 && running == 1, fmt.Sprintf("%+v", list)
+	})
 }
