@@ -25,6 +25,10 @@ package main
 //	                 request at a time (SPEC 6.4), each after the previous
 //	                 one's outcome is committed
 //	one-aggregate-100  latency-100 with every event in one aggregate
+//	session-deliveries, session-latency-100  deliveries and latency-100 with
+//	                 the integrator receiving over a session (SPEC 8d): a
+//	                 websocket client on loopback that notes each message's
+//	                 arrival and acks it at once, as the 204 receiver does
 //
 // A summary gives the ratios against the targets. It only reports: nothing
 // here asserts on timing.
@@ -49,6 +53,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 
 	"geohub/app"
 	"geohub/store"
@@ -91,13 +96,15 @@ func BenchmarkDelivery(b *testing.B) {
 	run("raw-signed-post", benchDelRawSignedPost)
 	run("raw-insert", func(b *testing.B) benchDelResult { return benchDelResult{benchResult: benchRawBatchedInsert(b)} })
 	run("raw-claim", benchDelRawClaim)
-	run("deliveries", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOwnAggregate) })
+	run("deliveries", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOwnAggregate, false) })
 	run("drain", benchDelDrain)
-	run("latency-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOwnAggregate) })
-	run("one-aggregate", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOneAggregate) })
-	run("one-aggregate-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOneAggregate) })
+	run("latency-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOwnAggregate, false) })
+	run("one-aggregate", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOneAggregate, false) })
+	run("one-aggregate-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOneAggregate, false) })
+	run("session-deliveries", func(b *testing.B) benchDelResult { return benchDelDeliveries(b, benchDelOwnAggregate, true) })
+	run("session-latency-100", func(b *testing.B) benchDelResult { return benchDelLatency(b, benchDelOwnAggregate, true) })
 	benchDelSummary(os.Stdout, medianRuns(runs, func(name string, r benchDelResult) float64 {
-		if name == "latency-100" || name == "one-aggregate-100" {
+		if strings.HasSuffix(name, "-100") {
 			return r.p99 // paced at 100/s: its target is the latency
 		}
 		return r.rate
@@ -165,6 +172,14 @@ func benchDelSummary(w io.Writer, r map[string]benchDelResult) {
 	}
 	if l, ok := r["one-aggregate-100"]; ok {
 		fmt.Fprintf(w, "  one-aggregate-100 p99 = %.2f ms (no target; reported)\n", l.p99)
+	}
+	if res, ok := r["session-deliveries"]; ok {
+		fmt.Fprintf(w, "  %-19s %8.0f deliveries/s  %6.0f cpu-us/op  (N=%d)  publish %.0f events/s; callback arm %.0f deliveries/s\n",
+			"session-deliveries", res.rate, res.cpuUS, res.n, res.publishRate, r["deliveries"].rate)
+	}
+	if res, ok := r["session-latency-100"]; ok {
+		fmt.Fprintf(w, "  %-19s %8.0f events/s      %6.0f cpu-us/op  (N=%d)  publish → arrival p50 %.2f ms  p99 %.2f ms; callback arm p99 %.2f ms\n",
+			"session-latency-100", res.rate, res.cpuUS, res.n, res.p50, res.p99, r["latency-100"].p99)
 	}
 	fmt.Fprintln(w)
 }
@@ -259,23 +274,57 @@ func benchDelNewReceiver() *benchDelReceiver {
 	rc := &benchDelReceiver{arrivals: map[string]time.Time{}}
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		size, _ := io.Copy(io.Discard, r.Body)
-		now := time.Now()
-		rc.bodyLen.Store(size)
-		id := r.Header.Get("X-Geohub-Evento-Id")
-		rc.mu.Lock()
-		_, seen := rc.arrivals[id]
-		if !seen {
-			rc.arrivals[id] = now
-		}
-		rc.mu.Unlock()
-		if seen {
-			rc.dups.Add(1)
-		} else {
-			rc.count.Add(1)
-		}
+		rc.arrive(r.Header.Get("X-Geohub-Evento-Id"), size, time.Now())
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	return rc
+}
+
+// arrive notes that event id arrived at `at` with a body of size bytes.
+func (rc *benchDelReceiver) arrive(id string, size int64, at time.Time) {
+	rc.bodyLen.Store(size)
+	rc.mu.Lock()
+	_, seen := rc.arrivals[id]
+	if !seen {
+		rc.arrivals[id] = at
+	}
+	rc.mu.Unlock()
+	if seen {
+		rc.dups.Add(1)
+	} else {
+		rc.count.Add(1)
+	}
+}
+
+// session receives the integrator's deliveries over GET /api/sessao until
+// the connection closes: each message noted as an arrival and acked at
+// once, as the 204 receiver answers.
+func (rc *benchDelReceiver) session(b *testing.B, addr, key string) (stop func()) {
+	conn, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/api/sessao", http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, msg, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			at := time.Now()
+			var m map[string]string
+			if err := json.Unmarshal(msg, &m); err != nil {
+				return
+			}
+			rc.arrive(m["x-geohub-evento-id"], int64(len(m["corpo"])), at)
+			ack, _ := json.Marshal(map[string]string{"ack": m["x-geohub-entrega-id"]})
+			if err := conn.WriteMessage(websocket.TextMessage, ack); err != nil {
+				return
+			}
+		}
+	}()
+	return func() { conn.Close(); <-done }
 }
 
 // wait blocks until n distinct events arrived, failing the benchmark when
@@ -320,7 +369,9 @@ type benchDelEnv struct {
 	stop     func()
 }
 
-func benchDelStart(b *testing.B) *benchDelEnv {
+// benchDelStart starts the server with one integrator receiving at rc:
+// over a session when session is set, else at its callback.
+func benchDelStart(b *testing.B, session bool) *benchDelEnv {
 	m, dir, stopMain := runMain(b)
 	rc := benchDelNewReceiver()
 	env := &benchDelEnv{m: m, rc: rc, client: benchClient()}
@@ -333,11 +384,25 @@ func benchDelStart(b *testing.B) *benchDelEnv {
 	}
 	admin := mainToken(b, dir, app.PapelAdmin, "bench-admin")
 	env.producer = mainToken(b, dir, app.PapelProdutor, "bench-produtor")
-	body, _ := json.Marshal(app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
-		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}})
-	if err := benchPost(env.client, "http://"+m.Addr+"/api/integradores", admin, body, http.StatusCreated); err != nil {
+	in := app.NewIntegrator{Nome: "bench-cad", CallbackURL: rc.srv.URL + "/geohub/webhook",
+		HostsPermitidos: []string{"127.0.0.1"}, Eventos: []string{"jornada:*"}}
+	if session {
+		in = app.NewIntegrator{Nome: "bench-cad", Entrega: app.EntregaSessao, Eventos: []string{"jornada:*"}}
+	}
+	body, _ := json.Marshal(in)
+	created, err := benchPostRead(env.client, "http://"+m.Addr+"/api/integradores", admin, body, http.StatusCreated)
+	if err != nil {
 		env.stop()
 		b.Fatal(err)
+	}
+	if session {
+		var c app.CreatedIntegrator
+		if err := json.Unmarshal(created, &c); err != nil {
+			env.stop()
+			b.Fatal(err)
+		}
+		stopSession, stopAll := rc.session(b, m.Addr, c.APIKey), env.stop
+		env.stop = func() { stopSession(); stopAll() }
 	}
 	return env
 }
@@ -358,8 +423,8 @@ func benchDelBody(b *testing.B, i int, eventID string, agg func(int) string) []b
 	return body
 }
 
-func benchDelDeliveries(b *testing.B, agg func(int) string) benchDelResult {
-	env := benchDelStart(b)
+func benchDelDeliveries(b *testing.B, agg func(int) string, session bool) benchDelResult {
+	env := benchDelStart(b, session)
 	defer env.stop()
 	u := "http://" + env.m.Addr + "/api/events"
 	bodies := make([][]byte, b.N)
@@ -405,8 +470,8 @@ func benchReportQuiet(lat []time.Duration) benchResult {
 	return benchResult{n: len(s), p50: pct(0.50), p95: pct(0.95), p99: pct(0.99)}
 }
 
-func benchDelLatency(b *testing.B, agg func(int) string) benchDelResult {
-	env := benchDelStart(b)
+func benchDelLatency(b *testing.B, agg func(int) string, session bool) benchDelResult {
+	env := benchDelStart(b, session)
 	defer env.stop()
 	u := "http://" + env.m.Addr + "/api/events"
 	n := max(b.N, benchDelMinPaced)

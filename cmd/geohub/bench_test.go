@@ -420,22 +420,28 @@ func benchClient() *http.Client {
 
 // benchPost POSTs body and drains the answer so the connection is reused.
 func benchPost(c *http.Client, u, token string, body []byte, want int) error {
+	_, err := benchPostRead(c, u, token, body, want)
+	return err
+}
+
+// benchPostRead is benchPost returning the answer's body.
+func benchPostRead(c *http.Client, u, token string, body []byte, want int) ([]byte, error) {
 	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != want {
-		return fmt.Errorf("POST %s: status %d, want %d", u, resp.StatusCode, want)
+		return answer, fmt.Errorf("POST %s: status %d, want %d", u, resp.StatusCode, want)
 	}
-	return err
+	return answer, err
 }
 
 // benchFakeToken has the size of a real token (gh_ + 43 base64url characters).
