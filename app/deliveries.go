@@ -247,6 +247,12 @@ func (s *Deliveries) Test(ctx context.Context, integrators *Integrators, id stri
 		return TestReport{}, err
 	}
 	audit.Alvo.Nome = in.Nome
+	if in.Entrega == EntregaSessao {
+		// The tester's requests are POSTs to a URL, and a session
+		// integrator has none; the session's own checks are its client's.
+		return TestReport{}, Errorf(EInvalid, "este integrador recebe por sessão, sem callback: o teste de receptor envia POSTs a um callback. "+
+			"Confira a sessão com o cliente de sessão do SDK (guia, seção 2.1) e com \"Verificar\", que vai pela sessão conectada")
+	}
 	if _, running := s.testing.LoadOrStore(id, true); running {
 		return TestReport{}, &Error{Code: ERateLimited, RetryAfter: TesterBudget,
 			Message: "um teste deste receptor já está em andamento: espere ele terminar"}

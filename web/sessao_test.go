@@ -268,3 +268,38 @@ func TestASessionDroppingOnOneDeliveryCountsAndARotatedKeyEndsIt(t *testing.T) {
 		}
 	}
 }
+
+// "Verificar" on a session integrator goes through its connected session
+// and counts the CAD's ack as its answer; the receiver tester, which POSTs
+// to a callback, refuses a session integrator and says what to use.
+func TestVerifyGoesThroughTheSessionAndTheTesterRefusesIt(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	cad := e.sessionCreate(t, "CAD atrás de NAT")
+	conn := e.sessionDial(t, cad.APIKey)
+	if !storetest.Poll(10*time.Second, func() bool {
+		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
+		return strings.Contains(metrics, "geohub_sessions_connected 1")
+	}) {
+		t.Fatal("the session did not attach")
+	}
+	go func() {
+		m := sessionRead(t, conn, cad.Segredo)
+		if !strings.Contains(m["corpo"], "integracao:verificacao") {
+			t.Errorf("the session got %v, want the verification", m)
+		}
+		conn.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]})
+	}()
+	var v struct {
+		Tentativa  app.Attempt `json:"tentativa"`
+		Verificado bool        `json:"verificado"`
+	}
+	e.do(t, http.MethodPost, "/api/integradores/"+cad.ID+"/verificar", app.PapelAdmin, nil).want(t, http.StatusOK).decode(t, &v)
+	if !v.Verificado || v.Tentativa.StatusCode != http.StatusNoContent {
+		t.Errorf("verificar through the session: %+v", v)
+	}
+
+	r := e.do(t, http.MethodPost, "/api/integradores/"+cad.ID+"/testar", app.PapelAdmin, nil).want(t, http.StatusUnprocessableEntity)
+	if err := apiDecodeError(t, r); !strings.Contains(err.Erro, "sessão") {
+		t.Errorf("the tester's refusal: %+v", err)
+	}
+}
