@@ -876,6 +876,42 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 	} else if n > 0 {
 		d.Logger.Info("purged the bodies of dead letters past their retention: they can no longer be resent", "n", n)
 	}
+	d.disableAbsentSessions(ctx, now)
+}
+
+// disableAbsentSessions is a session integrator's auto-disable (SPEC 8d):
+// with no session, nothing is attempted and nothing fails, so the 120 h
+// of failures never start. What counts instead is 120 h with deliveries
+// waiting and no session: since the last one was seen alive, or since the
+// integrator was registered if it never had one.
+func (d *Dispatcher) disableAbsentSessions(ctx context.Context, now time.Time) {
+	if d.AutoDisable <= 0 {
+		return
+	}
+	all, err := d.Integrators.List(ctx)
+	if err != nil {
+		d.Logger.Error("list integrators for the sessions' auto-disable", "err", err)
+		return
+	}
+	for _, in := range all {
+		if in.Entrega != EntregaSessao || !in.Ativo || in.Saude == nil || in.Saude.Pendentes == 0 ||
+			in.Sessao != nil && in.Sessao.Conectada {
+			continue
+		}
+		since := in.CriadoEm
+		if in.Sessao != nil {
+			since = in.Sessao.VistoEm
+		}
+		if now.Sub(since) < d.AutoDisable {
+			continue
+		}
+		reason := fmt.Sprintf("%s: sem sessão desde %s, com entregas esperando", autoDisabled, brasiliaTime(since))
+		if err := d.Integrators.Disable(context.WithoutCancel(ctx), in.ID, reason); err != nil {
+			d.Logger.Error("auto-disable integrator", "integrador", in.ID, "err", err)
+			continue
+		}
+		d.Logger.Warn("integrator auto-disabled: no session", "integrador", in.ID, "sem_sessao_desde", since)
+	}
 }
 
 // openBody decrypts a claimed row's body for its one attempt: the clear
