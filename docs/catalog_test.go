@@ -149,7 +149,7 @@ func familyFor(tipo string) (family, bool) {
 var audiences = map[string]string{
 	app.AudienciaOriginador: "o integrador que originou o agregado (quem registrou a ocorrência), se ativo; " +
 		"o integrador que causou o evento também o recebe, e para ele é eco",
-	app.AudienciaTodos:       "todo integrador ativo com `callback_url`",
+	app.AudienciaTodos:       "todo integrador ativo (por callback ou por sessão)",
 	app.AudienciaSolicitante: "só o integrador que enviou o comando",
 }
 

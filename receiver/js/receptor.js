@@ -31,6 +31,9 @@
  *   });
  *   http.createServer(receptor.tratar).listen(9090);
  *
+ * Sem URL pública, o mesmo receptor recebe pela sessão (`sessao.js`), que
+ * lhe passa cada mensagem por `receberEntrega(cabecalhos, corpo)`.
+ *
  * O código do integrador entra em `aoAplicar(envelope, entrega)`: chamado
  * uma vez por envelope, em ordem de sequência dentro do agregado, um de
  * cada vez por agregado. Pode devolver uma Promise. Se lançar (ou a Promise
@@ -104,7 +107,9 @@ function hmac(segredo, timestamp, corpo) {
 }
 
 function paraBytes(x) {
-  return Buffer.isBuffer(x) ? x : Buffer.from(String(x), 'utf8');
+  if (Buffer.isBuffer(x)) return x;
+  if (x instanceof Uint8Array) return Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+  return Buffer.from(String(x), 'utf8');
 }
 
 /**
@@ -138,18 +143,25 @@ function ehTexto(x) {
   return typeof x === 'string' && x !== '';
 }
 
-/** Todos os valores de um cabeçalho, também quando ele vem repetido. */
-function valoresDe(req, nome) {
-  const distintos = req.headersDistinct?.[nome];
-  if (Array.isArray(distintos)) return distintos;
-  const v = req.headers?.[nome];
-  if (v === undefined) return [];
-  return Array.isArray(v) ? v : [String(v)];
+/**
+ * Os cabeçalhos de um pedido: `headersDistinct` (nome → todos os valores,
+ * também quando um cabeçalho vem repetido) onde o Node o tem, senão
+ * `headers`, onde repetidos chegam juntados por vírgula.
+ */
+function cabecalhosDe(req) {
+  return req.headersDistinct ?? req.headers ?? {};
+}
+
+/** Todos os valores de um cabeçalho (nome em minúsculas). */
+function valoresDe(cabecalhos, nome) {
+  const v = cabecalhos?.[nome];
+  if (v === undefined || v === null) return [];
+  return Array.isArray(v) ? v.map(String) : [String(v)];
 }
 
 /** O primeiro valor de um cabeçalho (como o `Header.Get` do Go). */
-function valorDe(req, nome) {
-  const [primeiro] = valoresDe(req, nome);
+function valorDe(cabecalhos, nome) {
+  const [primeiro] = valoresDe(cabecalhos, nome);
   return primeiro === undefined ? undefined : primeiro.trim();
 }
 
@@ -319,8 +331,31 @@ class Receptor {
    */
   async receber(req) {
     const corpo = await corpoCruDe(req, this.#limiteDoCorpo);
-    const eventoIdDoCabecalho = valorDe(req, CABECALHO.EVENTO_ID);
+    const cabecalhos = cabecalhosDe(req);
     if (corpo === null) {
+      this.#descartar(valorDe(cabecalhos, CABECALHO.EVENTO_ID), MOTIVO.CORPO_GRANDE);
+      return 413;
+    }
+    return this.receberEntrega(cabecalhos, corpo);
+  }
+
+  /**
+   * O miolo de `receber`, sem HTTP: uma entrega que chegou por outro
+   * caminho, como uma mensagem da sessão (`sessao.js`). Devolve os mesmos
+   * status de `receber`.
+   *
+   * @param {Record<string, string|string[]|undefined>} cabecalhos nome do
+   *   cabeçalho em minúsculas → valor, como o `req.headers` do Node
+   *   (`x-geohub-assinatura`, `x-geohub-agregado`...); um valor repetido
+   *   pode vir como array
+   * @param {Buffer|string} corpo o envelope byte a byte (string é lida como
+   *   UTF-8): a assinatura confere sobre estes bytes
+   * @returns {Promise<number>}
+   */
+  async receberEntrega(cabecalhos, corpo) {
+    const eventoIdDoCabecalho = valorDe(cabecalhos, CABECALHO.EVENTO_ID);
+    corpo = paraBytes(corpo);
+    if (corpo.length > this.#limiteDoCorpo) {
       this.#descartar(eventoIdDoCabecalho, MOTIVO.CORPO_GRANDE);
       return 413;
     }
@@ -331,7 +366,7 @@ class Receptor {
     }
     // Obrigação 1: sobre o corpo CRU e antes de qualquer parse; conferir
     // depois provaria a assinatura de outra coisa.
-    const motivo = this.#conferirAssinatura(req, corpo);
+    const motivo = this.#conferirAssinatura(cabecalhos, corpo);
     if (motivo !== undefined) {
       this.#descartar(eventoIdDoCabecalho, motivo);
       return 401;
@@ -349,12 +384,12 @@ class Receptor {
       return 400;
     }
 
-    const agregado = valorDe(req, CABECALHO.AGREGADO) || undefined;
+    const agregado = valorDe(cabecalhos, CABECALHO.AGREGADO) || undefined;
     const entrega = {
       agregado: agregado ?? envelope.id,
-      sequencia: sequenciaDe(valorDe(req, CABECALHO.SEQUENCIA)),
-      entregaId: valorDe(req, CABECALHO.ENTREGA_ID),
-      tentativa: sequenciaDe(valorDe(req, CABECALHO.TENTATIVA)),
+      sequencia: sequenciaDe(valorDe(cabecalhos, CABECALHO.SEQUENCIA)),
+      entregaId: valorDe(cabecalhos, CABECALHO.ENTREGA_ID),
+      tentativa: sequenciaDe(valorDe(cabecalhos, CABECALHO.TENTATIVA)),
     };
     // Obrigação 5, o caso sem ordem: sequência ilegível (cabeçalho ausente
     // ou adulterado) aplica na hora. O cabeçalho NÃO entra no HMAC, e travar
@@ -371,8 +406,8 @@ class Receptor {
    * Devolve `undefined` quando o timestamp está na janela e alguma
    * assinatura recebida confere com algum segredo; senão, o motivo.
    */
-  #conferirAssinatura(req, corpo) {
-    const timestamp = valorDe(req, CABECALHO.TIMESTAMP);
+  #conferirAssinatura(cabecalhos, corpo) {
+    const timestamp = valorDe(cabecalhos, CABECALHO.TIMESTAMP);
     // O texto assinado é o cabeçalho como veio: só a forma canônica passa,
     // para que "+1761912251" ou "01761912251" não se passem por outro.
     if (timestamp === undefined || !/^(0|-?[1-9][0-9]*)$/u.test(timestamp)) {
@@ -385,7 +420,7 @@ class Receptor {
     }
     const recebidas = [];
     for (const nome of [CABECALHO.ASSINATURA, CABECALHO.ASSINATURA_ANTERIOR]) {
-      for (const valor of valoresDe(req, nome)) {
+      for (const valor of valoresDe(cabecalhos, nome)) {
         for (const parte of valor.split(',')) {
           const hex = /^sha256=(?<hex>[0-9a-fA-F]{64})$/u.exec(parte.trim())?.groups?.hex;
           if (hex !== undefined) recebidas.push(Buffer.from(hex, 'hex'));
