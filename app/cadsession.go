@@ -293,15 +293,22 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 		delete(sess.waiting, req.EntregaID)
 		sess.mu.Unlock()
 	}()
-	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
-	defer cancel()
+	// The session writes one message at a time: the wait for its turn is
+	// bounded apart, so that the answer's time starts when the message
+	// goes out, not behind the window's other messages.
+	handoff := time.NewTimer(s.Timeout)
+	defer handoff.Stop()
 	select {
 	case sess.messages <- msg:
 	case <-sess.done:
 		return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, sess.Reason()), Transport: true}
+	case <-handoff.C:
+		return SendResult{Err: fmt.Errorf("a sessão não aceitou a mensagem em %s (o CAD não está lendo)", s.Timeout), Transport: true}
 	case <-ctx.Done():
-		return SendResult{Err: fmt.Errorf("a sessão não aceitou a mensagem a tempo"), Transport: true}
+		return SendResult{Err: ctx.Err(), Transport: true}
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
 	select {
 	case a := <-answer:
 		return s.answered(in.ID+" "+req.EventID, a)
