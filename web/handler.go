@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 
 	"geohub/app"
@@ -67,3 +68,7 @@ func (h *Handler) CloseTails() {
 	h.Console.CloseTails()
 	h.API.CloseSessions()
 }
+
+// WaitSessions waits for the CAD sessions CloseTails ended to record their
+// end, or for ctx; serve calls it before the store closes.
+func (h *Handler) WaitSessions(ctx context.Context) error { return h.API.WaitSessions(ctx) }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -43,6 +44,10 @@ var sessionUpgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 
 // CADs reconnect once a server is back.
 func (s *Server) CloseSessions() { s.sessions.Close() }
 
+// WaitSessions waits, after CloseSessions, for every session to have
+// recorded its end, or for ctx: the store must outlive them.
+func (s *Server) WaitSessions(ctx context.Context) error { return s.sessions.Wait(ctx) }
+
 func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Integrator) {
 	key := r.Header.Get("Authorization")
 	if !websocket.IsWebSocketUpgrade(r) {
@@ -50,6 +55,7 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 			"GET /api/sessao é um websocket: abra com Connection: Upgrade e Upgrade: websocket (guia, seção 2.1)"))
 		return
 	}
+	defer s.sessions.Track()()
 	conn, err := sessionUpgrader.Upgrade(hijack.Writer{ResponseWriter: w}, r, nil)
 	if err != nil {
 		return // Upgrade answered with the reason; no session was replaced

@@ -399,5 +399,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := httpSrv.Shutdown(shutCtx); err != nil {
 		logger.Warn("http shutdown", "err", err)
 	}
+	// Shutdown does not wait for hijacked connections: the CAD sessions
+	// record their end in the store, which closes once Run returns.
+	if err := edge.WaitSessions(shutCtx); err != nil {
+		logger.Warn("CAD sessions still open at shutdown", "err", err)
+	}
 	return nil
 }
