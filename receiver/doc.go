@@ -46,6 +46,13 @@
 //     the headers are not signed, and blocking the projection on unproven
 //     metadata would hand control to whoever is on the path.
 //
+// Besides the five, a test delivery (integracao:teste: the receiver
+// tester, an evento-teste) and an admin's verification
+// (integracao:verificacao) carry no fact: recognised by exact type after
+// obligations 1 and 2, they are answered 204 and not applied
+// ([MotivoTeste]), taking their turn in their aggregate as the echo does
+// (integrator guide 12.6).
+//
 // Answering 204 to a repeat and to an echo is deliberate: they were
 // delivered; answering an error would make Geohub resend them forever.
 //

@@ -54,6 +54,7 @@ const (
 	MotivoEnvelopeInvalido   = "envelope-invalido"
 	MotivoRepetido           = "repetido"
 	MotivoEcoProprio         = "eco-proprio"
+	MotivoTeste              = "teste"
 	MotivoEsperaCheia        = "espera-cheia"
 	MotivoSemSegredo         = "sem-segredo"
 )
@@ -166,7 +167,7 @@ type lane struct {
 
 type held struct {
 	d    Delivery
-	echo bool
+	skip string // why it is not applied in its turn ("": it is)
 }
 
 // New returns a Receiver that verifies, deduplicates, filters and orders
@@ -345,6 +346,28 @@ func parseEnvelope(body []byte) (Envelope, bool) {
 	return env, true
 }
 
+// skip is why env, verified and an envelope, is answered 2xx without
+// being applied: the integrator's own echo, or a test or a verification,
+// which carry no fact (guide 12.6); "" when it is applied.
+func (r *Receiver) skip(env Envelope) string {
+	switch {
+	case env.Tipo == TipoTeste || env.Tipo == TipoVerificacao:
+		return MotivoTeste
+	case r.isEcho(env):
+		return MotivoEcoProprio
+	}
+	return ""
+}
+
+// The types of a test delivery (the receiver tester, an evento-teste) and
+// of an admin's "verificar": recognised by exact type, never by aggregate
+// or origin (a producer may publish in any aggregate; only Geohub
+// publishes integracao:*).
+const (
+	TipoTeste       = "integracao:teste"
+	TipoVerificacao = "integracao:verificacao"
+)
+
 // isEcho reports whether env is a domain event this integrator caused
 // (obligation 4). A command's outcome (integracao:*) is never an echo.
 func (r *Receiver) isEcho(env Envelope) bool {
@@ -385,9 +408,9 @@ func (r *Receiver) unordered(ctx context.Context, d Delivery) int {
 	switch {
 	case r.cfg.Seen.Seen(d.ID):
 		r.discard(d.ID, MotivoRepetido)
-	case r.isEcho(d.Envelope):
+	case r.skip(d.Envelope) != "":
 		r.cfg.Seen.Mark(d.ID)
-		r.discard(d.ID, MotivoEcoProprio)
+		r.discard(d.ID, r.skip(d.Envelope))
 	default:
 		if err := r.h.Apply(ctx, d); err != nil {
 			return http.StatusInternalServerError
@@ -415,7 +438,7 @@ func (r *Receiver) ordered(ctx context.Context, d Delivery) int {
 		r.discard(d.ID, MotivoRepetido)
 		return http.StatusNoContent
 	}
-	echo := r.isEcho(d.Envelope)
+	skip := r.skip(d.Envelope)
 	if d.Sequencia > next {
 		if len(l.held) >= r.cfg.MaxHeld {
 			r.discard(d.ID, MotivoEsperaCheia)
@@ -424,21 +447,21 @@ func (r *Receiver) ordered(ctx context.Context, d Delivery) int {
 		if l.held == nil {
 			l.held = map[int64]held{}
 		}
-		l.held[d.Sequencia] = held{d: d, echo: echo}
+		l.held[d.Sequencia] = held{d: d, skip: skip}
 		r.cfg.Seen.Mark(d.ID)
 		return http.StatusNoContent
 	}
-	if err := r.step(ctx, d, echo); err != nil {
+	if err := r.step(ctx, d, skip); err != nil {
 		return http.StatusInternalServerError
 	}
 	return http.StatusNoContent
 }
 
-// step applies d, the aggregate's next, or skips it if it is an echo; then
-// marks it seen and advances the sequence. The caller holds the lane.
-func (r *Receiver) step(ctx context.Context, d Delivery, echo bool) error {
-	if echo {
-		r.discard(d.ID, MotivoEcoProprio)
+// step applies d, the aggregate's next, or skips it for the reason skip;
+// then marks it seen and advances the sequence. The caller holds the lane.
+func (r *Receiver) step(ctx context.Context, d Delivery, skip string) error {
+	if skip != "" {
+		r.discard(d.ID, skip)
 	} else if err := r.h.Apply(ctx, d); err != nil {
 		return err
 	}
@@ -461,7 +484,7 @@ func (r *Receiver) drain(ctx context.Context, agregado string, l *lane) error {
 		if !ok {
 			return nil
 		}
-		if err := r.step(ctx, h.d, h.echo); err != nil {
+		if err := r.step(ctx, h.d, h.skip); err != nil {
 			return err
 		}
 		delete(l.held, next)

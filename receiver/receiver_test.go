@@ -411,7 +411,7 @@ func TestObligation4OwnEchoIsDiscardedButNeverIntegracao(t *testing.T) {
 		{"own domain event is the echo", envelope("e", "ocorrencia:despachada", "ocorrencia", integrador(self)), false},
 		{"command outcome with own autoria is the answer", envelope("e", "integracao:comando-concluido", "integracao", integrador(self)), true},
 		{"command refusal with own autoria is the answer", envelope("e", "integracao:comando-recusado", "integracao", integrador(self)), true},
-		{"integracao:* from another plugin is still not an echo", envelope("e", "integracao:verificacao", "geohub", integrador(self)), true},
+		{"integracao:* from another plugin is still not an echo", envelope("e", "integracao:comando-concluido", "geohub", integrador(self)), true},
 		{"another integrator's event", envelope("e", "ocorrencia:despachada", "ocorrencia", integrador("outro")), true},
 		{"a usuario whose id equals Self", envelope("e", "ocorrencia:despachada", "ocorrencia", &receiver.Autoria{ID: self, Tipo: "usuario"}), true},
 		{"a sistema event", envelope("e", "jornada:iniciada", "jornada", &receiver.Autoria{ID: "geohub", Tipo: "sistema"}), true},
@@ -443,6 +443,42 @@ func TestObligation4OwnEchoIsDiscardedButNeverIntegracao(t *testing.T) {
 		}
 		if n := f.r.Held("ocorrencia:o1"); n != 0 {
 			t.Fatalf("%d still held", n)
+		}
+	})
+}
+
+// Guide 12.6: a test delivery and an admin's verification carry no fact.
+// They are answered 2xx and not applied, recognised by exact type after
+// the signature and the envelope, and they take their turn in their
+// aggregate's sequence as the echo does; a type that only looks like one
+// is applied.
+func TestTestAndVerificationDeliveriesAreAnsweredButNotApplied(t *testing.T) {
+	for _, tipo := range []string{receiver.TipoTeste, receiver.TipoVerificacao} {
+		for _, mode := range []struct{ agregado, seq string }{{"teste:x", "1"}, {"", ""}} {
+			t.Run(fmt.Sprintf("%s (sequence %q)", tipo, mode.seq), func(t *testing.T) {
+				f := setup(t, nil)
+				if got := f.deliver(envelope("t", tipo, "geohub", nil), mode.agregado, mode.seq); got != 204 {
+					t.Fatalf("status %d, want 204", got)
+				}
+				if got := f.rec.ids(); len(got) != 0 || f.lastDiscard() != receiver.MotivoTeste {
+					t.Fatalf("applied %v, discards %v", got, f.discards)
+				}
+			})
+		}
+	}
+	t.Run("it takes its turn in the sequence", func(t *testing.T) {
+		f := setup(t, nil)
+		f.deliver(ev("e2"), "ocorrencia:o1", "2")
+		f.deliver(envelope("t1", receiver.TipoTeste, "geohub", nil), "ocorrencia:o1", "1")
+		if got := f.rec.ids(); !slices.Equal(got, []string{"e2"}) {
+			t.Fatalf("applied %v", got)
+		}
+	})
+	t.Run("only the exact type", func(t *testing.T) {
+		f := setup(t, nil)
+		f.deliver(envelope("x", "integracao:teste-de-carga", "geohub", nil), "", "")
+		if got := f.rec.ids(); !slices.Equal(got, []string{"x"}) {
+			t.Fatalf("applied %v", got)
 		}
 	})
 }

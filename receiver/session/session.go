@@ -54,6 +54,9 @@ const (
 	// never sends more than its window (16 by default) unanswered.
 	maxApplying = 256
 	writeWait   = 10 * time.Second
+	// healthySession is how long a session stays up to count as healthy,
+	// as the JavaScript client counts it.
+	healthySession = 30 * time.Second
 )
 
 // Config configures [Run]. URL, APIKey and Receiver are required.
@@ -161,6 +164,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	wait := cfg.MinWait
 	for {
+		began := time.Now()
 		received, err := session(ctx, cfg, target, state)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -171,9 +175,10 @@ func Run(ctx context.Context, cfg Config) error {
 			state(State{Err: err})
 			return err
 		}
-		// A session that delivered something was healthy: what ended it
-		// starts the waits over.
-		if received {
+		// A session that delivered something, or stayed up a while, was
+		// healthy: what ended it (a restart of Geohub, say) starts the
+		// waits over, so an idle CAD is not left out for a minute.
+		if received || time.Since(began) >= healthySession {
 			wait = cfg.MinWait
 		}
 		retry := jitter(wait)
