@@ -74,8 +74,11 @@ func decide(steps []time.Duration, n int, r SendResult, end time.Time, jitter fl
 			Reason: fmt.Sprintf("o receptor respondeu %d: não haverá nova tentativa", r.Status)}
 	}
 	reason := fmt.Sprintf("o receptor respondeu %d", r.Status)
-	if r.Err != nil {
+	switch {
+	case r.Err != nil:
 		reason = r.Err.Error()
+	case r.Nack:
+		reason = "o CAD respondeu nack: " + r.Snippet
 	}
 	if n > len(steps) {
 		return AttemptOutcome{Kind: Dead, Proxima: end, Reason: reason + fmt.Sprintf("; tentativas esgotadas (%d)", n)}

@@ -415,7 +415,7 @@ func (s *SessionSender) answered(key string, a SessionAnswer) SendResult {
 	if len(motivo) > responseSnippet {
 		motivo = strings.ToValidUTF8(motivo[:responseSnippet], "")
 	}
-	return SendResult{Status: http.StatusServiceUnavailable, Snippet: motivo}
+	return SendResult{Status: http.StatusServiceUnavailable, Snippet: motivo, Nack: true}
 }
 
 // dropped counts one more drop of the delivery key, returning the count.

@@ -36,6 +36,9 @@ type SendResult struct {
 	// timeout). Unsendable requests are not transport failures.
 	Transport bool
 	TLS       *tls.ConnectionState // the receiver's certificate, over https
+	// Nack: a session's CAD answered nack (Status 503), its motivo in
+	// Snippet, which the row's last error then shows.
+	Nack bool
 }
 
 // Succeeded says the receiver accepted the request.

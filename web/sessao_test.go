@@ -209,10 +209,11 @@ func TestSessionsAreTheirIntegratorsAlone(t *testing.T) {
 		d = e.delOne(t, ev.EventID, a.ID)
 		return d.Tentativas == 1
 	})
-	// Its reason is the attempt's answer, as a receiver's body would be.
+	// Its reason is the attempt's answer, as a receiver's body would be,
+	// and the row's last error says it was a nack and why.
 	if detail, _ := e.delGet(t, d.ID); d.UltimoStatus != http.StatusServiceUnavailable || len(detail.Registradas) != 1 ||
-		detail.Registradas[0].Resposta != "banco do CAD fora do ar" {
-		t.Fatalf("after a nack: %+v", detail)
+		detail.Registradas[0].Resposta != "banco do CAD fora do ar" || d.UltimoErro != "o CAD respondeu nack: banco do CAD fora do ar" {
+		t.Fatalf("after a nack: %+v, %+v", d, detail)
 	}
 	// B got its own copy of the event, signed with its own secret, and
 	// nothing of A's.
