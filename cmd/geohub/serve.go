@@ -239,8 +239,9 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 func (m *Main) Run(ctx context.Context) error {
 	cfg := m.Config
 	cfg.Demo = cfg.Demo || cfg.DemoSessao
-	if cfg.Demo {
-		// The demo's CAD simulator listens on loopback over http.
+	if cfg.Demo && !cfg.DemoSessao {
+		// The demo's CAD simulator listens on loopback over http; over a
+		// session it has no callback.
 		cfg.InsecureCallbacks = true
 	}
 	if m.Stdout == nil {

@@ -451,6 +451,7 @@ func ago(t, now time.Time) string {
 type verification struct {
 	OK          bool
 	Reactivated bool // it was inactive and the success made it active
+	Session     bool // it went through the integrator's session
 	Attempt     app.Attempt
 	Report      *app.TestReport
 	// PortalLink is a new sign-in link to the portal, shown once.
@@ -475,7 +476,7 @@ func (c *Console) verifyIntegrator(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ok := a.Succeeded()
-	v := &verification{OK: ok, Reactivated: ok && !before.Ativo, Attempt: a}
+	v := &verification{OK: ok, Reactivated: ok && !before.Ativo, Attempt: a, Session: before.Entrega == app.EntregaSessao}
 	c.showIntegrator(w, r, http.StatusOK, after, editFormOf(after), v)
 }
 
@@ -722,6 +723,8 @@ func (v verification) Text() string {
 	switch {
 	case v.OK && v.Reactivated:
 		return fmt.Sprintf("O receptor respondeu HTTP %d em %s. O integrador foi reativado e volta a receber eventos.", a.StatusCode, durationMS(a.DuracaoMS))
+	case v.OK && v.Session:
+		return fmt.Sprintf("O CAD respondeu ack pela sessão em %s: assinatura aceita e sessão funcionando.", durationMS(a.DuracaoMS))
 	case v.OK:
 		return fmt.Sprintf("O receptor respondeu HTTP %d em %s: assinatura aceita e callback funcionando.", a.StatusCode, durationMS(a.DuracaoMS))
 	case a.Erro != "":
@@ -782,4 +785,20 @@ func sessionSummary(in app.Integrator, now time.Time) string {
 		return "sessão desconectada " + ago(in.Sessao.EncerradaEm, now)
 	}
 	return "sessão sem sinal " + ago(in.Sessao.VistoEm, now)
+}
+
+// verifyTitle says where "Verificar" sends its ping.
+func verifyTitle(in app.Integrator) string {
+	if in.Entrega == app.EntregaSessao {
+		return "Envia um integracao:verificacao assinado pela sessão conectada do CAD"
+	}
+	return "Envia um integracao:verificacao assinado ao callback"
+}
+
+// keyRotationEffect is what replacing the API key does to the CAD.
+func keyRotationEffect(in app.Integrator) string {
+	if in.Entrega == app.EntregaSessao {
+		return "A atual deixa de valer na hora: a sessão do CAD é fechada (1008), ele para de receber eventos e seus comandos são recusados até ele usar a nova."
+	}
+	return "A atual deixa de valer na hora: os comandos do CAD são recusados até ele usar a nova."
 }

@@ -65,6 +65,10 @@ func TestConsoleRegistersASessionIntegratorAndShowsItsSession(t *testing.T) {
 	}
 	if got := state("/integradores/" + id[1]); !strings.HasPrefix(got, "nunca ") || !strings.Contains(got, "nenhuma sessão desde o cadastro") {
 		t.Errorf("before any session the page says %.200s", got)
+	} else if strings.Contains(got, "/testar") || strings.Contains(got, `name="hosts_permitidos"`) || strings.Contains(got, `name="callback_url"`) {
+		t.Errorf("a session integrator's page offers the receiver tester, or a callback or hosts to edit")
+	} else if !strings.Contains(got, "a sessão do CAD é fechada (1008)") {
+		t.Errorf("the key rotation's confirmation does not say it ends the session")
 	}
 
 	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/api/sessao",
