@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -28,7 +29,16 @@ import (
 const (
 	SessaoSubstituida = "substituída por uma nova sessão do mesmo integrador"
 	SessaoEncerrada   = "servidor encerrando"
+	// SessaoSemSinal: a delivery went unanswered and the CAD did not even
+	// answer a ping meanwhile. A NAT that forgot the connection looks like
+	// this; the delivery waits, uncounted, for the next session.
+	SessaoSemSinal = "o CAD não respondeu à entrega nem ao ping a tempo: a conexão parece morta"
 )
+
+// SessionProbeEvery bounds how often deliveries make the session ping the
+// CAD: a live CAD's websocket answers a ping whatever its code is doing,
+// so an answer that times out tells a slow CAD from a dead connection.
+const SessionProbeEvery = time.Second
 
 // errSessionGone is an attempt that did not reach the CAD: no session
 // here, or it ended before taking the message, or the server's shutdown
@@ -124,6 +134,8 @@ type CADSession struct {
 	Desde      time.Time
 
 	messages chan []byte
+	probes   chan struct{}
+	heard    atomic.Int64 // unix nanoseconds of the last frame from the CAD
 	done     chan struct{}
 	once     sync.Once
 	mu       sync.Mutex
@@ -143,7 +155,7 @@ type SessionAnswer struct {
 // replaces.
 func (ss *CADSessions) Attach(integrador, endereco string, now time.Time) *CADSession {
 	s := &CADSession{ID: uuid.NewString(), Integrador: integrador, Endereco: endereco, Desde: now,
-		messages: make(chan []byte), done: make(chan struct{}), waiting: map[string]chan SessionAnswer{}}
+		messages: make(chan []byte), probes: make(chan struct{}, 1), done: make(chan struct{}), waiting: map[string]chan SessionAnswer{}}
 	ss.mu.Lock()
 	if ss.byID == nil {
 		ss.byID = map[string]*CADSession{}
@@ -183,6 +195,23 @@ func (ss *CADSessions) Get(integrador string) *CADSession {
 
 // Messages yields the deliveries to write, one text message each.
 func (s *CADSession) Messages() <-chan []byte { return s.messages }
+
+// Probes yields when a delivery went out and the CAD should be pinged
+// (at most every SessionProbeEvery: the writer's to bound).
+func (s *CADSession) Probes() <-chan struct{} { return s.probes }
+
+// Heard records a frame from the CAD (an answer, a pong) at `at`.
+func (s *CADSession) Heard(at time.Time) { s.heard.Store(at.UnixNano()) }
+
+// heardSince reports whether the CAD sent anything after t.
+func (s *CADSession) heardSince(t time.Time) bool { return s.heard.Load() > t.UnixNano() }
+
+func (s *CADSession) probe() {
+	select {
+	case s.probes <- struct{}{}:
+	default:
+	}
+}
 
 // Done closes when the session ends.
 func (s *CADSession) Done() <-chan struct{} { return s.done }
@@ -307,6 +336,8 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 	case <-ctx.Done():
 		return SendResult{Err: ctx.Err(), Transport: true}
 	}
+	sent := time.Now()
+	sess.probe()
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	select {
@@ -333,6 +364,17 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 		case a := <-answer:
 			return s.answered(in.ID+" "+req.EventID, a)
 		default:
+		}
+		// A ping went out at most SessionProbeEvery before the message: a
+		// live CAD answered it by now, a dead connection did not. That
+		// ends the session, as its missed pongs would later, and the
+		// delivery is a drop, not the CAD's timeout.
+		if ctx.Err() == context.DeadlineExceeded && !sess.heardSince(sent.Add(-SessionProbeEvery)) {
+			sess.end(SessaoSemSinal)
+			if s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
+				return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, SessaoSemSinal), Transport: true}
+			}
+			return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", uncountedDrops+1, SessaoSemSinal), Transport: true}
 		}
 		return SendResult{Err: fmt.Errorf("não respondeu a tempo (sem ack em %s)", s.Timeout), Transport: true}
 	}
@@ -361,7 +403,9 @@ func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
 	d.Wake() // its queued rows go back at once
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.SessionRecords.EndCADSession(ctx, s.Integrador, s.ID, d.Now(), reason); err != nil {
+	// The session's first reason: a replacement or a silence ended it
+	// before its handler saw why.
+	if err := d.SessionRecords.EndCADSession(ctx, s.Integrador, s.ID, d.Now(), s.Reason()); err != nil {
 		d.Logger.Warn("record the end of a CAD session", "integrador", s.Integrador, "err", err)
 	}
 }

@@ -25,6 +25,7 @@ const (
 	closeReplaced    = 4000 // another session of the same integrator took over
 	closeNotSession  = 4001 // the integrator's entrega is callback
 	closeBadAnswer   = 4002 // an answer that is neither an ack nor a nack
+	closeSilent      = 4003 // a delivery and a ping went unanswered: reconnect
 	sessionPingEvery = 10 * time.Second
 	// sessionPongWait is how long a silent peer lasts: a dead one is
 	// noticed within 30 s (SPEC 8d), two pings missed.
@@ -93,12 +94,16 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 		defer close(gone)
 		conn.SetReadLimit(sessionReadLimit)
 		conn.SetReadDeadline(time.Now().Add(sessionPongWait))
-		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(sessionPongWait)) })
+		conn.SetPongHandler(func(string) error {
+			sess.Heard(time.Now())
+			return conn.SetReadDeadline(time.Now().Add(sessionPongWait))
+		})
 		for {
 			_, msg, err := conn.ReadMessage()
 			if err != nil {
 				return
 			}
+			sess.Heard(time.Now())
 			conn.SetReadDeadline(time.Now().Add(sessionPongWait))
 			var a app.SessionAnswer
 			if err := json.Unmarshal(msg, &a); err != nil {
@@ -118,6 +123,11 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 
 	ping := time.NewTicker(sessionPingEvery)
 	defer ping.Stop()
+	var lastPing time.Time
+	pingNow := func() error {
+		lastPing = time.Now()
+		return conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(sessionWriteWait))
+	}
 	// The key is checked again, as a console tail checks its login: a
 	// rotated key, or an integrator disabled, on any replica, ends the
 	// session within about a second (the key cache's life).
@@ -132,8 +142,17 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 				reason = "a conexão caiu"
 				return
 			}
+		case <-sess.Probes():
+			// A delivery went out: a ping soon after it tells a slow CAD
+			// from a dead connection if its answer times out.
+			if time.Since(lastPing) >= app.SessionProbeEvery {
+				if err := pingNow(); err != nil {
+					reason = "a conexão caiu"
+					return
+				}
+			}
 		case <-ping.C:
-			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(sessionWriteWait)); err != nil {
+			if err := pingNow(); err != nil {
 				reason = "a conexão caiu"
 				return
 			}
@@ -180,7 +199,11 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 			}
 			return
 		case <-sess.Done():
-			closeWith(closeReplaced, sess.Reason())
+			if sess.Reason() == app.SessaoSemSinal {
+				closeWith(closeSilent, sess.Reason())
+			} else {
+				closeWith(closeReplaced, sess.Reason())
+			}
 			return
 		case <-stopping:
 			closeWith(websocket.CloseGoingAway, app.SessaoEncerrada)

@@ -304,3 +304,72 @@ func TestVerifyGoesThroughTheSessionAndTheTesterRefusesIt(t *testing.T) {
 		t.Errorf("the tester's refusal: %+v", err)
 	}
 }
+
+// A connection that died without a close (a NAT that forgot it) takes
+// messages into its socket and answers nothing, not even a ping. The
+// delivery's timeout then ends the session (4003, reconnect) and the
+// delivery waits uncounted for the next session, which gets it at once;
+// a CAD that is alive but slow still answers pings, and its timeout
+// counts as before.
+func TestADeadConnectionEndsTheSessionWithoutCountingTheDelivery(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	cad := e.sessionCreate(t, "CAD atrás de NAT")
+
+	// Alive but slow: it reads (so its library answers pings) and never
+	// answers the delivery.
+	slow := e.sessionDial(t, cad.APIKey)
+	ev := e.delPublish(t, "equipe:a", 1)
+	first := sessionRead(t, slow, cad.Segredo)
+	slow.SetReadDeadline(time.Time{})
+	go func() { // keep answering pings, as a live CAD's library does
+		for {
+			if _, _, err := slow.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	e.waitRecorded(t, "the slow CAD's timeout counted", func() bool {
+		return e.delOne(t, ev.EventID, cad.ID).Tentativas == 1
+	})
+	if d := e.delOne(t, ev.EventID, cad.ID); !strings.Contains(d.UltimoErro, "não respondeu a tempo") {
+		t.Fatalf("the slow CAD's timeout: %+v", d)
+	}
+	slow.Close()
+
+	// Dead: it never reads again, and its socket stays open.
+	dead := e.sessionDial(t, cad.APIKey)
+	e.Clock.Advance(2 * time.Minute) // the counted timeout's backoff
+	e.Dispatcher.Wake()
+	if !storetest.Poll(30*time.Second, func() bool {
+		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
+		return strings.Contains(metrics, "geohub_sessions_connected 0")
+	}) {
+		t.Fatal("the dead connection's session did not end")
+	}
+	dead.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := dead.ReadMessage()
+		if err == nil {
+			continue // the delivery it never read
+		}
+		var closed *websocket.CloseError
+		if !errors.As(err, &closed) || closed.Code != 4003 {
+			t.Fatalf("the dead session ended with %v, want 4003", err)
+		}
+		break
+	}
+	if d := e.delOne(t, ev.EventID, cad.ID); d.Tentativas != 1 {
+		t.Fatalf("the dead connection counted an attempt: %+v", d)
+	}
+
+	alive := e.sessionDial(t, cad.APIKey)
+	m := sessionRead(t, alive, cad.Segredo)
+	if m["x-geohub-evento-id"] != ev.EventID || m["corpo"] != first["corpo"] {
+		t.Fatalf("after the dead connection: %v", m)
+	}
+	alive.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]})
+	if d := e.delWaitStatus(t, ev.EventID, cad.ID, app.EntregaEntregue); d.Tentativas != 2 {
+		t.Fatalf("the slow timeout and the ack count, the dead connection not: %+v", d)
+	}
+}
