@@ -447,8 +447,11 @@ func (r *Receiver) ordered(ctx context.Context, d Delivery) int {
 		if l.held == nil {
 			l.held = map[int64]held{}
 		}
+		// Not marked seen until applied: held only in memory, it is lost
+		// with the process, and a durable Seen must not then refuse the
+		// gap repair's resend as a repeat. A repeat while it is held is
+		// caught by isHeld.
 		l.held[d.Sequencia] = held{d: d, skip: skip}
-		r.cfg.Seen.Mark(d.ID)
 		return http.StatusNoContent
 	}
 	if err := r.step(ctx, d, skip); err != nil {

@@ -736,3 +736,46 @@ func TestMemorySeenForgetsTheOldest(t *testing.T) {
 		t.Fatalf("a=%v b=%v c=%v", s.Seen("a"), s.Seen("b"), s.Seen("c"))
 	}
 }
+
+// durableSequences is a SequenceStore that outlives a Receiver, as a CAD's
+// database does.
+type durableSequences struct {
+	mu   sync.Mutex
+	next map[string]int64
+}
+
+func (d *durableSequences) Next(agregado string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n, ok := d.next[agregado]; ok {
+		return n
+	}
+	return 1
+}
+
+func (d *durableSequences) SetNext(agregado string, next int64) {
+	d.mu.Lock()
+	d.next[agregado] = next
+	d.mu.Unlock()
+}
+
+// An early arrival is held in memory only, so it is not marked seen until
+// applied: after a crash with it held, the gap repair's resend of it must
+// be applied, not refused as a repeat by a durable Seen.
+func TestAHeldDeliveryLostInACrashIsAppliedWhenResent(t *testing.T) {
+	seen, seqs := receiver.NewMemorySeen(100), &durableSequences{next: map[string]int64{}}
+	durable := func(c *receiver.Config) { c.Seen, c.Sequences = seen, seqs }
+	before := setup(t, durable)
+	before.deliver(ev("e2"), "ocorrencia:o1", "2") // held: 1 is still being retried
+	if seen.Seen("e2") {
+		t.Fatal("a held delivery was marked seen before it was applied")
+	}
+	before.srv.Close() // the CAD crashes with e2 held
+
+	after := setup(t, durable)
+	after.deliver(ev("e1"), "ocorrencia:o1", "1")
+	after.deliver(ev("e2"), "ocorrencia:o1", "2") // the gap repair's resend
+	if got := after.rec.ids(); !slices.Equal(got, []string{"e1", "e2"}) {
+		t.Fatalf("applied after the restart %v, discards %v", got, after.discards)
+	}
+}

@@ -17,10 +17,16 @@
  * token admin, obrigatório), PORTA (a do callback, padrão 9090). Ctrl+C sai.
  *
  * Escreve uma linha por evento aplicado (tipo, agregado, sequência) e uma
- * por descarte (motivo). O que este CAD mesmo causou volta como eco e é
- * descartado (eco-proprio); o desfecho de cada comando (integracao:*) é
- * aplicado, e os jornada:* que o demo publica também; a chegada ao local,
- * marcada no fim por um OPERADOR, não é eco e chega à projeção.
+ * por descarte (motivo). A verificação do cadastro (integracao:verificacao)
+ * é aceita e descartada (teste); o que este CAD mesmo causou volta como eco
+ * e é descartado (eco-proprio); o desfecho de cada comando
+ * (integracao:comando-*) é aplicado, e os jornada:* que o demo publica
+ * também; a chegada ao local, marcada no fim por um OPERADOR, não é eco e
+ * chega à projeção.
+ *
+ * O estado do receptor fica em memória: para um CAD que reinicia, veja
+ * "Reinício e estado durável" no README (as opções sequencias, vistos e
+ * retidos).
  *
  * Só usa node: — nenhuma dependência. Node.js 20 ou mais novo.
  */
@@ -99,7 +105,8 @@ async function main() {
   receptor.definirIntegradorId(cadastro.id);
   console.log(`cadastrado como integrador ${cadastro.id}`);
 
-  // 3. O Geohub manda um integracao:verificacao assinado ao callback.
+  // 3. O Geohub manda um integracao:verificacao assinado ao callback: o
+  //    receptor responde 204 e o descarta (motivo teste), sem aplicar.
   const verificacao = await api('POST', `/api/integradores/${cadastro.id}/verificar`, { token: GEOHUB_TOKEN });
   const tentativa = verificacao.tentativa ?? verificacao;
   console.log(`verificar: o callback respondeu ${tentativa.status_code ?? tentativa.erro ?? '?'}`);

@@ -18,7 +18,9 @@
  * `X-Geohub-Assinatura-Anterior` com QUALQUER segredo configurado, de modo
  * que uma rotação nunca quebra a entrega; lê o corpo com limite; o eco
  * ainda consome a sua sequência (é pulado na vez dele, e os seguintes não
- * ficam presos atrás); um envelope repetido nunca é aplicado de novo.
+ * ficam presos atrás); as entregas de teste e de verificação
+ * (`integracao:teste`, `integracao:verificacao`, guia 12.6) são aceitas e
+ * descartadas do mesmo jeito; um envelope repetido nunca é aplicado de novo.
  *
  * Uso:
  *
@@ -39,6 +41,17 @@
  * cada vez por agregado. Pode devolver uma Promise. Se lançar (ou a Promise
  * rejeitar), a resposta é 500: o envelope não conta como visto e a
  * sequência não anda, então o Geohub reenvia.
+ *
+ * Estado durável (guia, seções 7 e 16.1): por padrão os ids vistos, a
+ * próxima sequência de cada agregado e os adiantados retidos ficam em
+ * memória, e um CAD reiniciado esperaria para sempre, em cada agregado que
+ * já conhecia, pelas sequências que já aplicou. Para sobreviver a um
+ * reinício, passe `sequencias` (e, de preferência, `vistos` e `retidos`),
+ * ganchos sobre o banco do CAD que podem devolver Promise; o melhor é gravar
+ * a próxima sequência (`entrega.sequencia + 1`) na MESMA transação da
+ * projeção, dentro de `aoAplicar`, e `sequencias.proxima` lê-la de volta.
+ * Um gancho que lança (ou rejeita) faz a entrega ser respondida 503
+ * (`estado-indisponivel`), nunca 204: o Geohub tenta de novo.
  */
 
 const { createHmac, timingSafeEqual } = require('node:crypto');
@@ -76,6 +89,25 @@ const MAX_ESPERA_POR_AGREGADO = 1000;
 /** Quantos aplicados e descartes recentes ficam para consulta. */
 const MAX_HISTORICO = 1000;
 
+/**
+ * Quantos agregados sem nada retido ficam com a próxima sequência em
+ * memória quando ela também está em `sequencias` (o gancho durável); além
+ * disso, o mais antigo é esquecido e, na próxima entrega dele, lido de novo.
+ * Sem o gancho, a memória é o único lugar dela e nada é esquecido.
+ */
+const MAX_AGREGADOS_EM_MEMORIA = 100000;
+
+/**
+ * Os tipos das entregas que não trazem fato nenhum (guia 12.6): a
+ * verificação do administrador e o teste (o testador, o evento de teste).
+ * Reconhecidos pelo tipo, por igualdade exata, só depois da assinatura e do
+ * envelope; respondidos 204 sem aplicar, ocupando a sua sequência.
+ */
+const TIPO_VERIFICACAO = 'integracao:verificacao';
+const TIPO_TESTE = 'integracao:teste';
+const TIPOS_DE_TESTE = Object.freeze([TIPO_VERIFICACAO, TIPO_TESTE]);
+const EH_TESTE = new Set(TIPOS_DE_TESTE);
+
 /** Os motivos registrados em `descartes()`, os mesmos do guia e do SDK. */
 const MOTIVO = Object.freeze({
   ASSINATURA_INVALIDA: 'assinatura-invalida',
@@ -84,10 +116,72 @@ const MOTIVO = Object.freeze({
   ENVELOPE_INVALIDO: 'envelope-invalido',
   REPETIDO: 'repetido',
   ECO_PROPRIO: 'eco-proprio',
+  /** `integracao:teste` ou `integracao:verificacao`: 204, sem aplicar. */
+  TESTE: 'teste',
   ESPERA_CHEIA: 'espera-cheia',
   FALHA_AO_APLICAR: 'falha-ao-aplicar',
+  /** Um gancho de estado (`vistos`, `sequencias`, `retidos`) falhou: 503. */
+  ESTADO_INDISPONIVEL: 'estado-indisponivel',
   SEM_SEGREDO: 'sem-segredo',
 });
+
+/** A falha de um gancho de estado, para responder 503 e não 500. */
+class ErroDeEstado extends Error {
+  constructor(causa) {
+    super(`estado do receptor indisponível: ${causa?.message ?? causa}`, { cause: causa });
+    this.name = 'ErroDeEstado';
+  }
+}
+
+/**
+ * Os ids vistos em memória, o padrão de `vistos`: os últimos `max`, o mais
+ * antigo sai primeiro.
+ */
+class VistosEmMemoria {
+  #ids = new Set();
+  #max;
+
+  constructor(max) {
+    this.#max = max;
+  }
+
+  tem(id) {
+    return this.#ids.has(id);
+  }
+
+  marcar(id) {
+    if (this.#ids.has(id)) return;
+    if (this.#ids.size >= this.#max) this.#ids.delete(this.#ids.values().next().value);
+    this.#ids.add(id);
+  }
+}
+
+/** Um gancho de estado: objeto com as funções pedidas, ou ausente. */
+function gancho(nome, valor, funcoes) {
+  if (valor === undefined || valor === null) return undefined;
+  for (const f of funcoes) {
+    if (typeof valor[f] !== 'function') {
+      throw new TypeError(`opcoes.${nome} precisa de ${funcoes.map((x) => `${x}()`).join(', ')}: falta ${f}()`);
+    }
+  }
+  return valor;
+}
+
+/**
+ * A próxima sequência que `sequencias.proxima` devolveu: `undefined` ou
+ * `null` (agregado desconhecido) é 1; aceita número, bigint ou texto com um
+ * inteiro (o BIGINT do node-postgres chega como texto).
+ */
+function proximaLida(agregado, lida) {
+  if (lida === undefined || lida === null) return 1;
+  let n = lida;
+  if (typeof lida === 'bigint') n = Number(lida);
+  else if (typeof lida === 'string' && /^[1-9][0-9]*$/u.test(lida.trim())) n = Number(lida.trim());
+  if (!Number.isSafeInteger(n) || n < 1) {
+    throw new TypeError(`sequencias.proxima(${JSON.stringify(agregado)}) devolveu ${String(lida)}: esperado um inteiro ≥ 1`);
+  }
+  return n;
+}
 
 /**
  * O valor de `X-Geohub-Assinatura` para `corpo` enviado em `timestamp`:
@@ -209,18 +303,31 @@ class Receptor {
   #aoDescartar;
   #tolerancia;
   #limiteDoCorpo;
-  #maxVistos;
   #maxEspera;
   #maxHistorico;
+  #maxAgregados;
   #agora;
 
-  /** Ids já aceitos, em ordem de chegada: o mais antigo sai primeiro. */
-  #vistos = new Set();
+  /** Os ids aplicados ou pulados: o gancho `vistos`, ou a memória. */
+  #vistos;
+  /** O gancho `sequencias`, se houver. */
+  #sequencias;
+  /** O gancho `retidos`, se houver. */
+  #retidos;
+
+  /** Os ids retidos agora (adiantados): um repetido deles é repetido. */
+  #idsRetidos = new Set();
   /** Ids sendo processados agora (só o mesmo id com cabeçalhos trocados). */
   #emVoo = new Set();
-  /** A próxima sequência esperada por agregado; quem não está aqui espera 1. */
+  /**
+   * A próxima sequência esperada por agregado, em ordem de uso (o mais
+   * antigo primeiro). Sem `sequencias`, é o único lugar dela e quem não está
+   * aqui espera 1; com `sequencias`, é o que já foi lido ou gravado lá.
+   */
   #proxima = new Map();
-  /** Os adiantados por agregado: Map sequência → { envelope, entrega, eco }. */
+  /** Os agregados cujos retidos já vieram de `retidos.carregar`. */
+  #retidosCarregados = new Set();
+  /** Os adiantados por agregado: Map sequência → { envelope, entrega, pular }. */
   #espera = new Map();
   /** A vez de cada agregado: um pedido por agregado de cada vez. */
   #filas = new Map();
@@ -238,14 +345,37 @@ class Receptor {
    * @param {string} [opcoes.integradorId] o id deste cadastro no Geohub:
    *   sem ele nenhum eco é descartado
    * @param {(envelope: object, entrega: object) => (void|Promise<void>)} [opcoes.aoAplicar]
+   *   `entrega` é `{ agregado, sequencia, entregaId, tentativa }`;
+   *   `sequencia` é `null` quando o cabeçalho faltou ou era ilegível
    * @param {(descarte: {eventoId: string|undefined, motivo: string}) => void} [opcoes.aoDescartar]
    *   avisado de cada pedido respondido sem aplicar (um dos MOTIVO); o
    *   eventoId é o do envelope, ou o do cabeçalho X-Geohub-Evento-Id (não
    *   assinado) antes de o corpo ser confiável
+   * @param {{proxima: (agregado: string) => (number|string|bigint|null|undefined|Promise<number|string|bigint|null|undefined>),
+   *   definirProxima: (agregado: string, proxima: number) => (void|Promise<void>)}} [opcoes.sequencias]
+   *   a próxima sequência esperada de cada agregado, durável: `proxima` é
+   *   consultado na primeira vez que o agregado aparece no processo (na vez
+   *   dele: a ordem vale), e devolve 1 (ou `undefined`) para um agregado
+   *   desconhecido; `definirProxima` é avisado depois de cada entrega
+   *   aplicada ou pulada (eco, teste), com a sequência dela mais 1. Nunca
+   *   diminui. Padrão: só em memória
+   * @param {{tem: (id: string) => (boolean|Promise<boolean>), marcar: (id: string) => (void|Promise<void>)}} [opcoes.vistos]
+   *   os ids de envelope aplicados ou pulados, duráveis: `tem` é consultado
+   *   a cada entrega, `marcar` depois de aplicar ou pular (nunca ao reter).
+   *   Padrão: os últimos `maxVistos`, em memória
+   * @param {{carregar: (agregado: string) => (Iterable<{envelope: object, entrega: object}>|Promise<Iterable<{envelope: object, entrega: object}>>),
+   *   guardar: (agregado: string, sequencia: number, retido: {envelope: object, entrega: object}) => (void|Promise<void>),
+   *   remover: (agregado: string, sequencia: number) => (void|Promise<void>)}} [opcoes.retidos]
+   *   os adiantados, duráveis (um retido foi respondido 204 e o Geohub não o
+   *   manda de novo): `guardar` antes de responder 204 a um adiantado,
+   *   `remover` depois de aplicá-lo, `carregar` junto com `proxima`.
+   *   Padrão: só em memória
    * @param {number} [opcoes.toleranciaEmSegundos] padrão 300
    * @param {number} [opcoes.limiteDoCorpo] em bytes; padrão LIMITE_DO_CORPO
-   * @param {number} [opcoes.maxVistos] padrão 100000
+   * @param {number} [opcoes.maxVistos] padrão 100000 (só sem `vistos`)
    * @param {number} [opcoes.maxEsperaPorAgregado] padrão 1000
+   * @param {number} [opcoes.maxAgregadosEmMemoria] padrão 100000 (só com
+   *   `sequencias`)
    * @param {number} [opcoes.maxHistorico] aplicados e descartes guardados
    *   para consulta; padrão 1000
    * @param {() => number} [opcoes.agora] o relógio, em ms; padrão Date.now
@@ -257,10 +387,14 @@ class Receptor {
     this.#aoDescartar = opcoes.aoDescartar;
     this.#tolerancia = opcoes.toleranciaEmSegundos ?? TOLERANCIA_EM_SEGUNDOS;
     this.#limiteDoCorpo = opcoes.limiteDoCorpo ?? LIMITE_DO_CORPO;
-    this.#maxVistos = Math.max(1, opcoes.maxVistos ?? MAX_VISTOS);
     this.#maxEspera = Math.max(1, opcoes.maxEsperaPorAgregado ?? MAX_ESPERA_POR_AGREGADO);
     this.#maxHistorico = Math.max(0, opcoes.maxHistorico ?? MAX_HISTORICO);
+    this.#maxAgregados = Math.max(1, opcoes.maxAgregadosEmMemoria ?? MAX_AGREGADOS_EM_MEMORIA);
     this.#agora = opcoes.agora ?? Date.now;
+    this.#vistos = gancho('vistos', opcoes.vistos, ['tem', 'marcar'])
+      ?? new VistosEmMemoria(Math.max(1, opcoes.maxVistos ?? MAX_VISTOS));
+    this.#sequencias = gancho('sequencias', opcoes.sequencias, ['proxima', 'definirProxima']);
+    this.#retidos = gancho('retidos', opcoes.retidos, ['carregar', 'guardar', 'remover']);
     // Para passar direto a http.createServer(receptor.tratar).
     this.tratar = this.tratar.bind(this);
   }
@@ -282,7 +416,7 @@ class Receptor {
 
   /**
    * O handler para `node:http`: só POST (405 com Allow, senão). Responde
-   * 204 sem corpo para aceito, adiantado, repetido e eco.
+   * 204 sem corpo para aceito, adiantado, repetido, eco e teste.
    */
   async tratar(req, res) {
     if (req.method !== 'POST') {
@@ -317,10 +451,11 @@ class Receptor {
    * - `400` — corpo que não é envelope: insistir não conserta;
    * - `413` — corpo acima do limite;
    * - `204` — aceito: aplicado, adiantado (vai ser aplicado quando o buraco
-   *   fechar), repetido ou eco. Responder erro ao repetido e ao eco faria o
-   *   Geohub reenviar para sempre;
+   *   fechar), repetido, eco ou teste. Responder erro ao repetido, ao eco e
+   *   ao teste faria o Geohub reenviar até a dead letter;
    * - `500` — `aoAplicar` falhou: o Geohub reenvia;
-   * - `503` — volte depois: espera do agregado cheia, o mesmo id em voo, ou
+   * - `503` — volte depois: espera do agregado cheia, o mesmo id em voo, um
+   *   gancho de estado (`vistos`, `sequencias`, `retidos`) que falhou, ou
    *   ainda sem segredo configurado (as entregas começam logo depois do
    *   cadastro: um `401` agora viraria dead letter).
    *
@@ -458,6 +593,18 @@ class Receptor {
     );
   }
 
+  /**
+   * Por que um envelope (assinado e conferido) é respondido 204 sem ser
+   * aplicado: a verificação e o teste (guia 12.6, pelo tipo exato: um
+   * `integracao:*` só o Geohub publica) ou o eco; `undefined` quando se
+   * aplica. Os dois ainda ocupam a sua sequência.
+   */
+  #motivoParaPular(envelope) {
+    if (EH_TESTE.has(envelope.tipo)) return MOTIVO.TESTE;
+    if (this.#ehEco(envelope)) return MOTIVO.ECO_PROPRIO;
+    return undefined;
+  }
+
   /** Roda `tarefa` quando chegar a vez de `agregado` (um de cada vez). */
   async #naVez(agregado, tarefa) {
     const anterior = this.#filas.get(agregado);
@@ -483,27 +630,49 @@ class Receptor {
     return true;
   }
 
+  /** Se o id já foi aplicado, pulado ou está retido. Lança ErroDeEstado. */
+  async #jaVisto(id) {
+    if (this.#idsRetidos.has(id)) return true;
+    try {
+      return Boolean(await this.#vistos.tem(id));
+    } catch (erro) {
+      throw new ErroDeEstado(erro);
+    }
+  }
+
+  async #marcarVisto(id) {
+    try {
+      await this.#vistos.marcar(id);
+    } catch (erro) {
+      throw new ErroDeEstado(erro);
+    }
+  }
+
+  /** O status de uma falha no caminho de uma entrega: 503 ou 500. */
+  #falhou(id, erro) {
+    if (erro instanceof ErroDeEstado) {
+      this.#descartar(id, MOTIVO.ESTADO_INDISPONIVEL);
+      return 503;
+    }
+    this.#descartar(id, MOTIVO.FALHA_AO_APLICAR);
+    return 500;
+  }
+
   async #semOrdem(envelope, entrega) {
     if (!this.#reservar(envelope.id)) return 503;
     try {
       // Obrigação 3.
-      if (this.#vistos.has(envelope.id)) {
+      if (await this.#jaVisto(envelope.id)) {
         this.#descartar(envelope.id, MOTIVO.REPETIDO);
         return 204;
       }
-      if (this.#ehEco(envelope)) {
-        this.#marcarVisto(envelope.id);
-        this.#descartar(envelope.id, MOTIVO.ECO_PROPRIO);
-        return 204;
-      }
-      try {
-        await this.#aplicar(envelope, entrega);
-      } catch {
-        this.#descartar(envelope.id, MOTIVO.FALHA_AO_APLICAR);
-        return 500;
-      }
-      this.#marcarVisto(envelope.id);
+      const pular = this.#motivoParaPular(envelope);
+      if (pular === undefined) await this.#aplicar(envelope, entrega);
+      await this.#marcarVisto(envelope.id);
+      if (pular !== undefined) this.#descartar(envelope.id, pular);
       return 204;
+    } catch (erro) {
+      return this.#falhou(envelope.id, erro);
     } finally {
       this.#emVoo.delete(envelope.id);
     }
@@ -511,41 +680,47 @@ class Receptor {
 
   /**
    * Obrigação 5: aplica em ordem de sequência dentro do agregado, a partir
-   * de 1 (linha de base 0). O que chega adiantado espera, com a sua
-   * sequência, até o buraco fechar. Chama-se na vez do agregado.
+   * de 1 (linha de base 0), ou da próxima que `sequencias` guardou. O que
+   * chega adiantado espera, com a sua sequência, até o buraco fechar.
+   * Chama-se na vez do agregado.
    */
   async #emOrdem(envelope, entrega) {
     const { agregado, sequencia } = entrega;
     if (!this.#reservar(envelope.id)) return 503;
     try {
-      const proxima = this.#proxima.get(agregado) ?? 1;
+      const proxima = await this.#estadoDe(agregado);
       const esperando = this.#espera.get(agregado);
       // Repetido pelo id, ou por uma sequência já aplicada (o reenvio de um
       // dead letter tem a mesma sequência, mesmo que o id já tenha saído de
-      // #vistos), ou por uma já guardada na espera.
-      if (this.#vistos.has(envelope.id) || sequencia < proxima || esperando?.has(sequencia)) {
+      // vistos), ou por uma já guardada na espera.
+      if ((await this.#jaVisto(envelope.id)) || sequencia < proxima || esperando?.has(sequencia)) {
         this.#descartar(envelope.id, MOTIVO.REPETIDO);
         return 204;
       }
-      const eco = this.#ehEco(envelope);
+      const pular = this.#motivoParaPular(envelope);
       if (sequencia > proxima) {
         if ((esperando?.size ?? 0) >= this.#maxEspera) {
           this.#descartar(envelope.id, MOTIVO.ESPERA_CHEIA);
           return 503;
         }
+        // Durável ANTES do 204: depois dele o Geohub não o manda de novo.
+        if (this.#retidos !== undefined) {
+          try {
+            await this.#retidos.guardar(agregado, sequencia, { envelope, entrega });
+          } catch (erro) {
+            throw new ErroDeEstado(erro);
+          }
+        }
         const espera = esperando ?? new Map();
-        espera.set(sequencia, { envelope, entrega, eco });
+        espera.set(sequencia, { envelope, entrega, pular });
         this.#espera.set(agregado, espera);
-        this.#marcarVisto(envelope.id);
+        this.#idsRetidos.add(envelope.id);
         return 204;
       }
-      try {
-        await this.#passo(envelope, entrega, eco);
-      } catch {
-        this.#descartar(envelope.id, MOTIVO.FALHA_AO_APLICAR);
-        return 500;
-      }
+      await this.#passo(envelope, entrega, pular);
       return 204;
+    } catch (erro) {
+      return this.#falhou(envelope.id, erro);
     } finally {
       this.#emVoo.delete(envelope.id);
       // Seja o que for este pedido, um adiantado que ficou na frente da
@@ -555,38 +730,142 @@ class Receptor {
   }
 
   /**
-   * Aplica (ou pula, se for eco: o eco ainda ocupa a sua sequência) o
-   * próximo do agregado, marca como visto e avança a sequência.
+   * A próxima sequência de `agregado`, da memória ou, na primeira vez que
+   * ele aparece (ou depois de esquecido), de `sequencias.proxima`; e os
+   * retidos dele, de `retidos.carregar`, uma vez. Chama-se na vez do
+   * agregado. Lança ErroDeEstado.
    */
-  async #passo(envelope, entrega, eco) {
-    if (eco) this.#descartar(envelope.id, MOTIVO.ECO_PROPRIO);
-    else await this.#aplicar(envelope, entrega);
-    this.#marcarVisto(envelope.id);
-    this.#proxima.set(entrega.agregado, entrega.sequencia + 1);
+  async #estadoDe(agregado) {
+    let proxima = this.#proxima.get(agregado);
+    try {
+      if (proxima === undefined && this.#sequencias !== undefined) {
+        proxima = proximaLida(agregado, await this.#sequencias.proxima(agregado));
+        this.#lembrar(agregado, proxima);
+      }
+      proxima ??= 1;
+      if (this.#retidos !== undefined && !this.#retidosCarregados.has(agregado)) {
+        await this.#carregarRetidos(agregado, proxima);
+      }
+    } catch (erro) {
+      throw erro instanceof ErroDeEstado ? erro : new ErroDeEstado(erro);
+    }
+    return proxima;
+  }
+
+  async #carregarRetidos(agregado, proxima) {
+    const lidos = [];
+    for (const retido of (await this.#retidos.carregar(agregado)) ?? []) {
+      const { envelope, entrega } = retido ?? {};
+      const sequencia = entrega?.sequencia;
+      if (!ehEnvelope(envelope) || !Number.isSafeInteger(sequencia) || sequencia < 1) {
+        throw new TypeError(`retidos.carregar(${JSON.stringify(agregado)}): cada retido é { envelope, entrega } como foi guardado`);
+      }
+      lidos.push({ envelope, entrega: { ...entrega, agregado } });
+    }
+    const espera = this.#espera.get(agregado) ?? new Map();
+    for (const { envelope, entrega } of lidos) {
+      if (entrega.sequencia < proxima) {
+        // Aplicado antes de o remover chegar ao banco: fica para trás.
+        await this.#removerRetido(agregado, entrega.sequencia);
+        continue;
+      }
+      espera.set(entrega.sequencia, { envelope, entrega, pular: this.#motivoParaPular(envelope) });
+      this.#idsRetidos.add(envelope.id);
+    }
+    if (espera.size > 0) this.#espera.set(agregado, espera);
+    this.#retidosCarregados.add(agregado);
+  }
+
+  /** Um `remover` que falha não muda a resposta: a próxima carga limpa. */
+  async #removerRetido(agregado, sequencia) {
+    if (this.#retidos === undefined) return;
+    try {
+      await this.#retidos.remover(agregado, sequencia);
+    } catch {
+      // Um retido abaixo da próxima sequência é jogado fora ao carregar.
+    }
+  }
+
+  /**
+   * Guarda a próxima sequência em memória como a mais recente. Com
+   * `sequencias`, esquece o agregado mais antigo quando passa de
+   * `maxAgregadosEmMemoria` (sem retidos e fora da vez: relê-lo é barato).
+   */
+  #lembrar(agregado, proxima) {
+    this.#proxima.delete(agregado);
+    this.#proxima.set(agregado, proxima);
+    if (this.#sequencias === undefined || this.#proxima.size <= this.#maxAgregados) return;
+    for (const antigo of this.#proxima.keys()) {
+      if (antigo === agregado || this.#espera.has(antigo) || this.#filas.has(antigo)) continue;
+      this.#proxima.delete(antigo);
+      this.#retidosCarregados.delete(antigo);
+      if (this.#proxima.size <= this.#maxAgregados) break;
+    }
+  }
+
+  /**
+   * A próxima sequência de `agregado` passa a ser `proxima`: primeiro em
+   * `sequencias` (se ele falhar, a memória esquece o agregado, que na
+   * próxima vez é lido de novo), depois em memória. Lança ErroDeEstado.
+   */
+  async #avancar(agregado, proxima) {
+    if (this.#sequencias !== undefined) {
+      try {
+        await this.#sequencias.definirProxima(agregado, proxima);
+      } catch (erro) {
+        this.#proxima.delete(agregado);
+        throw new ErroDeEstado(erro);
+      }
+    }
+    this.#lembrar(agregado, proxima);
+  }
+
+  /**
+   * Aplica (ou pula, se for eco ou teste: ainda ocupa a sua sequência) o
+   * próximo do agregado, avança a sequência e marca como visto — nessa
+   * ordem: se marcar falhar, o reenvio ainda é repetido pela sequência.
+   */
+  async #passo(envelope, entrega, pular) {
+    if (pular === undefined) await this.#aplicar(envelope, entrega);
+    await this.#avancar(entrega.agregado, entrega.sequencia + 1);
+    await this.#marcarVisto(envelope.id);
+    if (pular !== undefined) this.#descartar(envelope.id, pular);
+  }
+
+  /** Tira um adiantado da espera (e de `retidos`). */
+  async #esquecerRetido(agregado, espera, sequencia) {
+    const vez = espera.get(sequencia);
+    espera.delete(sequencia);
+    if (vez !== undefined) this.#idsRetidos.delete(vez.envelope.id);
+    await this.#removerRetido(agregado, sequencia);
   }
 
   /**
    * Aplica os adiantados consecutivos do agregado, em ordem, parando no
-   * próximo buraco ou na primeira falha de aoAplicar (que fica na frente).
+   * próximo buraco ou na primeira falha (que fica na frente).
    */
   async #drenar(agregado) {
     const espera = this.#espera.get(agregado);
     while (espera !== undefined && espera.size > 0) {
-      const proxima = this.#proxima.get(agregado) ?? 1;
-      for (const sequencia of espera.keys()) {
-        if (sequencia < proxima) espera.delete(sequencia); // já aplicada por outro caminho
+      const proxima = await this.#estadoDe(agregado);
+      for (const sequencia of [...espera.keys()]) {
+        // Já aplicada por outro caminho.
+        if (sequencia < proxima) await this.#esquecerRetido(agregado, espera, sequencia);
       }
       const vez = espera.get(proxima);
       if (vez === undefined) break;
-      await this.#passo(vez.envelope, vez.entrega, vez.eco);
-      espera.delete(proxima);
+      await this.#passo(vez.envelope, vez.entrega, vez.pular);
+      await this.#esquecerRetido(agregado, espera, proxima);
     }
-    if (espera !== undefined && espera.size === 0) this.#espera.delete(agregado);
+    if (espera !== undefined && espera.size === 0 && this.#espera.get(agregado) === espera) {
+      this.#espera.delete(agregado);
+    }
   }
 
   /**
-   * Tenta de novo os adiantados cuja vez chegou mas cujo aoAplicar falhou.
-   * Um CAD pode chamar num timer; o próximo pedido do agregado também tenta.
+   * Tenta de novo os adiantados cuja vez chegou mas cujo aoAplicar (ou um
+   * gancho de estado) falhou. Um CAD pode chamar num timer; o próximo
+   * pedido do agregado também tenta.
    */
   async drenarTudo() {
     const falhas = [];
@@ -597,7 +876,41 @@ class Receptor {
         falhas.push(erro);
       }
     }
-    if (falhas.length > 0) throw new AggregateError(falhas, 'aoAplicar falhou na drenagem');
+    if (falhas.length > 0) throw new AggregateError(falhas, 'a drenagem falhou (aoAplicar ou um gancho de estado)');
+  }
+
+  /**
+   * Põe a próxima sequência esperada de `agregado` em `proxima` e aplica os
+   * retidos a partir dela: o passo 6 do reparo do guia (seção 16.1), quando
+   * parte do agregado foi expurgada e não volta mais. Só avança: os retidos
+   * abaixo de `proxima` são esquecidos sem aplicar. Com `sequencias`, grava
+   * lá também. Roda na vez do agregado; rejeita com RangeError se `proxima`
+   * for menor que a esperada, e com a falha de um gancho ou de aoAplicar
+   * (que fica na frente, como na drenagem).
+   *
+   * @param {string} agregado
+   * @param {number} proxima
+   */
+  async ajustarProxima(agregado, proxima) {
+    if (typeof agregado !== 'string' || agregado === '') throw new TypeError('agregado é obrigatório');
+    if (!Number.isSafeInteger(proxima) || proxima < 1) throw new RangeError(`proxima deve ser um inteiro ≥ 1, não ${proxima}`);
+    await this.#naVez(agregado, async () => {
+      const atual = await this.#estadoDe(agregado);
+      if (proxima < atual) {
+        throw new RangeError(`a próxima sequência de ${agregado} já é ${atual}: ela só avança (pedido ${proxima})`);
+      }
+      if (proxima > atual) await this.#avancar(agregado, proxima);
+      await this.#drenar(agregado);
+    });
+  }
+
+  /**
+   * A próxima sequência esperada de `agregado`, como o receptor a vê agora
+   * (de `sequencias`, se ainda não estava em memória). Roda na vez dele.
+   * @returns {Promise<number>}
+   */
+  proximaDe(agregado) {
+    return this.#naVez(agregado, () => this.#estadoDe(agregado));
   }
 
   /**
@@ -664,14 +977,6 @@ class Receptor {
         this.#ocorrencias.set(payload.id, payload.status);
       }
     }
-  }
-
-  #marcarVisto(id) {
-    if (this.#vistos.has(id)) return;
-    if (this.#vistos.size >= this.#maxVistos) {
-      this.#vistos.delete(this.#vistos.values().next().value);
-    }
-    this.#vistos.add(id);
   }
 
   #descartar(eventoId, motivo) {
@@ -754,5 +1059,9 @@ module.exports = {
   LIMITE_DO_CORPO,
   MAX_VISTOS,
   MAX_ESPERA_POR_AGREGADO,
+  MAX_AGREGADOS_EM_MEMORIA,
   MOTIVO,
+  TIPO_TESTE,
+  TIPO_VERIFICACAO,
+  TIPOS_DE_TESTE,
 };

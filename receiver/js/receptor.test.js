@@ -7,7 +7,7 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const { Receptor, assinar, ehEnvelope, LIMITE_DO_CORPO, MOTIVO } = require('./receptor.js');
+const { Receptor, assinar, ehEnvelope, LIMITE_DO_CORPO, MOTIVO, TIPOS_DE_TESTE } = require('./receptor.js');
 const { umEnvelope, servir, pedir, cabecalhosDoGeohub } = require('./testdata/ajuda.js');
 
 const AGORA = 1761912251; // epoch segundos; o relógio dos receptores dos testes
@@ -353,6 +353,82 @@ test('4: sem integradorId nada é eco', async (t) => {
   assert.equal(chamadas.length, 1);
 });
 
+// ---- Teste e verificação (guia 12.6): 204, descartados, pelo tipo exato. ----
+
+const teste = (tipo = 'integracao:teste', mudar = {}) =>
+  umEnvelope({
+    tipo,
+    origem: { autoria: { id: 'geohub', tipo: 'sistema' }, plugin: 'geohub', versao: '1.0.0' },
+    payload: { mensagem: 'ping' },
+    ...mudar,
+  });
+
+test('12.6: integracao:teste e integracao:verificacao respondem 204 e não são aplicados (motivo teste)', async (t) => {
+  const { receptor, enviar, chamadas } = await montar(t);
+  assert.deepEqual([...TIPOS_DE_TESTE].sort(), ['integracao:teste', 'integracao:verificacao']);
+  const [t1, v1] = [teste('integracao:teste'), teste('integracao:verificacao')];
+  assert.equal((await enviar(t1, { agregado: 'teste:1', sequencia: 1 })).status, 204);
+  assert.equal((await enviar(v1, { agregado: null, sequencia: null })).status, 204);
+  // Repetidos continuam repetidos.
+  assert.equal((await enviar(t1, { agregado: 'teste:1', sequencia: 1 })).status, 204);
+  assert.equal((await enviar(v1, { agregado: null, sequencia: null })).status, 204);
+  assert.equal(chamadas.length, 0);
+  assert.deepEqual(receptor.aplicados(), []);
+  assert.deepEqual(receptor.descartes(), [
+    { eventoId: t1.id, motivo: MOTIVO.TESTE },
+    { eventoId: v1.id, motivo: MOTIVO.TESTE },
+    { eventoId: t1.id, motivo: MOTIVO.REPETIDO },
+    { eventoId: v1.id, motivo: MOTIVO.REPETIDO },
+  ]);
+});
+
+test('12.6: o evento de teste pedido pelo próprio CAD é teste, não eco', async (t) => {
+  const { receptor, enviar, chamadas } = await montar(t);
+  const meu = teste('integracao:teste', { origem: { autoria: autoriaEu, plugin: 'geohub', versao: '1.0.0' } });
+  assert.equal((await enviar(meu, { agregado: 'teste:2', sequencia: 1 })).status, 204);
+  assert.equal(chamadas.length, 0);
+  assert.deepEqual(motivos(receptor), [MOTIVO.TESTE]);
+});
+
+test('12.6: só depois da assinatura e do envelope — teste mal assinado é 401, teste sem payload é 400', async (t) => {
+  const { receptor, enviar } = await montar(t);
+  assert.equal((await enviar(teste(), { segredo: 'outro' })).status, 401);
+  assert.equal((await enviar(JSON.stringify({ ...teste(), payload: null }))).status, 400);
+  assert.deepEqual(motivos(receptor), [MOTIVO.ASSINATURA_INVALIDA, MOTIVO.ENVELOPE_INVALIDO]);
+});
+
+test('12.6: pelo tipo exato — nem o agregado teste:, nem a origem, nem integracao:* em bloco', async (t) => {
+  const { receptor, enviar, ids } = await montar(t);
+  const aplicaveis = [
+    // Um produtor pode publicar em teste:x; o agregado não é reservado.
+    [umEnvelope({ tipo: 'jornada:iniciada' }), 'teste:x'],
+    [umEnvelope({ origem: { ...teste().origem } }), 'ocorrencia:oc-9'],
+    [teste('integracao:teste-de-carga'), 'teste:y'],
+    [teste('Integracao:Teste'), 'teste:z'],
+    [umEnvelope({ tipo: 'integracao:comando-concluido', payload: { comando: 'registrar' } }), 'solicitacao:s-1'],
+  ];
+  for (const [e, agregado] of aplicaveis) assert.equal((await enviar(e, { agregado, sequencia: 1 })).status, 204);
+  assert.deepEqual(ids(), aplicaveis.map(([e]) => e.id));
+  assert.deepEqual(receptor.descartes(), []);
+});
+
+test('12.6: o teste ocupa a sua sequência, também retido — os seguintes não ficam presos', async (t) => {
+  const { receptor, enviar, ids } = await montar(t);
+  const [e1, e2, e3, e4] = [umEnvelope(), teste('integracao:verificacao'), teste(), umEnvelope()];
+  assert.equal((await enviar(e4, { sequencia: 4 })).status, 204);
+  assert.equal((await enviar(e3, { sequencia: 3 })).status, 204); // retido, é teste
+  assert.equal((await enviar(e2, { sequencia: 2 })).status, 204); // retido, é verificação
+  assert.deepEqual(ids(), []);
+  assert.equal((await enviar(e1, { sequencia: 1 })).status, 204);
+  assert.deepEqual(ids(), [e1.id, e4.id]);
+  assert.equal(receptor.emEspera('ocorrencia:oc-1'), 0);
+  assert.deepEqual(receptor.descartes(), [
+    { eventoId: e2.id, motivo: MOTIVO.TESTE },
+    { eventoId: e3.id, motivo: MOTIVO.TESTE },
+  ]);
+  assert.equal(await receptor.proximaDe('ocorrencia:oc-1'), 5);
+});
+
 // ---- Obrigação 5: ordem de X-Geohub-Sequencia dentro do agregado. ----
 
 test('5: fora de ordem — os adiantados esperam e drenam em ordem, a partir da linha de base 0', async (t) => {
@@ -580,4 +656,367 @@ test('aplicados e descartes guardam só os últimos maxHistorico', async (t) => 
   for (const e of es) await enviar(e, { sequencia: null });
   assert.equal(chamadas.length, 3);
   assert.deepEqual(receptor.aplicados().map((a) => a.id), [es[1].id, es[2].id]);
+});
+
+// ---- Estado durável: reinício com os ganchos sequencias, vistos e retidos. ----
+
+/**
+ * Um banco de mentira: Maps atrás de funções assíncronas (cada uma espera
+ * uma volta do laço, como uma consulta de verdade). `falhas.<gancho>` com
+ * um erro faz aquele gancho rejeitar; `lancar.<gancho>` faz lançar na hora
+ * (um gancho síncrono que falha). Os retidos passam por JSON, como numa
+ * coluna do banco.
+ */
+function umBanco() {
+  const proximas = new Map();
+  const vistos = new Set();
+  const retidos = new Map(); // agregado -> Map(sequência -> JSON)
+  const chamadas = [];
+  const falhas = {};
+  const lancar = {};
+  const volta = () => new Promise((r) => setImmediate(r));
+  const chamar = async (nome, args, fazer) => {
+    if (lancar[nome]) throw lancar[nome];
+    await volta();
+    chamadas.push([nome, ...args]);
+    if (falhas[nome]) throw falhas[nome];
+    return fazer();
+  };
+  // Sem `lancar`, cada gancho devolve a Promise sem lançar antes.
+  const gancho = (nome, fazer) => (...args) => {
+    if (lancar[nome]) throw lancar[nome];
+    return chamar(nome, args, () => fazer(...args));
+  };
+  return {
+    proximas,
+    vistos,
+    retidos,
+    chamadas,
+    falhas,
+    lancar,
+    contar: (nome) => chamadas.filter((c) => c[0] === nome).length,
+    opcoes: {
+      sequencias: {
+        proxima: gancho('proxima', (agregado) => proximas.get(agregado)),
+        definirProxima: gancho('definirProxima', (agregado, n) => {
+          proximas.set(agregado, Math.max(proximas.get(agregado) ?? 1, n));
+        }),
+      },
+      vistos: {
+        tem: gancho('tem', (id) => vistos.has(id)),
+        marcar: gancho('marcar', (id) => {
+          vistos.add(id);
+        }),
+      },
+      retidos: {
+        carregar: gancho('carregar', (agregado) => [...(retidos.get(agregado)?.values() ?? [])].map((j) => JSON.parse(j))),
+        guardar: gancho('guardar', (agregado, sequencia, retido) => {
+          if (!retidos.has(agregado)) retidos.set(agregado, new Map());
+          retidos.get(agregado).set(sequencia, JSON.stringify(retido));
+        }),
+        remover: gancho('remover', (agregado, sequencia) => {
+          retidos.get(agregado)?.delete(sequencia);
+        }),
+      },
+    },
+  };
+}
+
+const AG = 'ocorrencia:oc-1';
+
+test('reinício: sem estado durável, o receptor novo espera de novo pela 1 (o comportamento antigo)', async (t) => {
+  const antes = await montar(t);
+  for (const s of [1, 2, 3]) assert.equal((await antes.enviar(umEnvelope(), { sequencia: s })).status, 204);
+  assert.equal(antes.chamadas.length, 3);
+  const depois = await montar(t);
+  assert.equal((await depois.enviar(umEnvelope(), { sequencia: 4 })).status, 204);
+  assert.equal(depois.chamadas.length, 0);
+  assert.equal(depois.receptor.emEspera(AG), 1);
+  assert.equal(await depois.receptor.proximaDe(AG), 1);
+});
+
+test('reinício: com sequencias, o receptor novo continua da próxima sequência, e o já aplicado é repetido', async (t) => {
+  const banco = umBanco();
+  const { sequencias } = banco.opcoes;
+  const antes = await montar(t, { sequencias });
+  const es = [null, umEnvelope(), umEnvelope(), umEnvelope(), umEnvelope(), umEnvelope()];
+  for (const s of [1, 2, 3]) assert.equal((await antes.enviar(es[s], { sequencia: s })).status, 204);
+  assert.deepEqual(banco.proximas, new Map([[AG, 4]]));
+
+  const depois = await montar(t, { sequencias });
+  assert.equal((await depois.enviar(es[4], { sequencia: 4 })).status, 204);
+  assert.deepEqual(depois.ids(), [es[4].id], 'a 4 foi aplicada na hora, não retida');
+  assert.equal(depois.receptor.emEspera(AG), 0);
+  // O Geohub manda de novo uma que o CAD antigo aplicou: repetida pela sequência.
+  assert.equal((await depois.enviar(es[2], { sequencia: 2 })).status, 204);
+  assert.equal((await depois.enviar(es[5], { sequencia: 5 })).status, 204);
+  assert.deepEqual(depois.ids(), [es[4].id, es[5].id]);
+  assert.deepEqual(motivos(depois.receptor), [MOTIVO.REPETIDO]);
+  assert.equal(banco.proximas.get(AG), 6);
+  // Consultado uma vez por agregado no processo: a primeira entrega.
+  assert.equal(banco.contar('proxima'), 2, 'uma vez em cada receptor');
+  assert.deepEqual(banco.chamadas.filter((c) => c[0] === 'definirProxima').map((c) => c[2]), [2, 3, 4, 5, 6]);
+});
+
+test('reinício: o eco e o teste pulados também avançam a sequência guardada', async (t) => {
+  const banco = umBanco();
+  const antes = await montar(t, banco.opcoes);
+  await antes.enviar(umEnvelope(), { sequencia: 1 });
+  await antes.enviar(umEnvelope({ origem: origemEu() }), { sequencia: 2 }); // eco
+  await antes.enviar(teste(), { sequencia: 3 });
+  assert.equal(antes.chamadas.length, 1);
+  assert.equal(banco.proximas.get(AG), 4);
+  const depois = await montar(t, banco.opcoes);
+  const e4 = umEnvelope();
+  await depois.enviar(e4, { sequencia: 4 });
+  assert.deepEqual(depois.ids(), [e4.id]);
+});
+
+test('reinício: com vistos, um id aplicado antes do reinício é repetido também sem sequência', async (t) => {
+  const banco = umBanco();
+  const antes = await montar(t, { vistos: banco.opcoes.vistos });
+  const e = umEnvelope();
+  assert.equal((await antes.enviar(e, { sequencia: null })).status, 204);
+  const depois = await montar(t, { vistos: banco.opcoes.vistos });
+  assert.equal((await depois.enviar(e, { sequencia: null })).status, 204);
+  assert.equal(depois.chamadas.length, 0);
+  assert.deepEqual(motivos(depois.receptor), [MOTIVO.REPETIDO]);
+  // Um retido não é marcado em vistos (só o aplicado ou pulado): se o
+  // processo cair com ele retido, o reenvio do reparo de lacuna o aplica.
+  const adiantado = umEnvelope();
+  await depois.enviar(adiantado, { sequencia: 2 });
+  assert.equal(banco.vistos.has(adiantado.id), false);
+  // Mas, enquanto retido, um repetido dele é repetido.
+  assert.equal((await depois.enviar(adiantado, { sequencia: null })).status, 204);
+  assert.equal(depois.chamadas.length, 0);
+});
+
+test('reinício: com retidos, o adiantado retido antes do reinício é aplicado quando o buraco fecha', async (t) => {
+  const banco = umBanco();
+  const antes = await montar(t, banco.opcoes);
+  const [e1, e2, e3, e4] = [umEnvelope(), umEnvelope(), umEnvelope({ origem: origemEu() }), umEnvelope()];
+  await antes.enviar(e1, { sequencia: 1 });
+  assert.equal((await antes.enviar(e4, { sequencia: 4 })).status, 204);
+  assert.equal((await antes.enviar(e3, { sequencia: 3 })).status, 204); // eco, retido
+  assert.deepEqual([...banco.retidos.get(AG).keys()].sort(), [3, 4]);
+
+  const depois = await montar(t, banco.opcoes);
+  assert.equal((await depois.enviar(e2, { sequencia: 2 })).status, 204);
+  assert.deepEqual(depois.ids(), [e2.id, e4.id]);
+  assert.deepEqual(depois.chamadas.map((c) => c.entrega.sequencia), [2, 4]);
+  assert.equal(depois.chamadas[1].entrega.agregado, AG);
+  assert.deepEqual(motivos(depois.receptor), [MOTIVO.ECO_PROPRIO]);
+  assert.equal(banco.retidos.get(AG).size, 0, 'removidos do banco depois de aplicados');
+  assert.equal(banco.proximas.get(AG), 5);
+  assert.equal(depois.receptor.emEspera(AG), 0);
+});
+
+test('reinício: um retido que ficou no banco abaixo da próxima é jogado fora ao carregar', async (t) => {
+  const banco = umBanco();
+  banco.proximas.set(AG, 5);
+  banco.retidos.set(AG, new Map([[3, JSON.stringify({ envelope: umEnvelope(), entrega: { agregado: AG, sequencia: 3 } })]]));
+  const { enviar, ids, receptor } = await montar(t, banco.opcoes);
+  const e5 = umEnvelope();
+  await enviar(e5, { sequencia: 5 });
+  assert.deepEqual(ids(), [e5.id]);
+  assert.equal(banco.retidos.get(AG).size, 0);
+  assert.equal(receptor.emEspera(AG), 0);
+});
+
+test('a prática recomendada: a sequência gravada na transação da projeção, dentro de aoAplicar', async (t) => {
+  // O banco do CAD: a projeção e a próxima sequência mudam juntas.
+  const projecao = new Map();
+  const proximas = new Map();
+  const sequencias = {
+    proxima: async (agregado) => proximas.get(agregado),
+    definirProxima: async (agregado, n) => {
+      // Para o eco e o teste, que não passam por aoAplicar; para os outros,
+      // gravar de novo o que a transação já gravou não muda nada.
+      proximas.set(agregado, Math.max(proximas.get(agregado) ?? 1, n));
+    },
+  };
+  let cair = false;
+  const aoAplicar = async (envelope, entrega) => {
+    // BEGIN … COMMIT
+    projecao.set(envelope.payload.id, envelope.payload.para);
+    if (entrega.sequencia !== null) proximas.set(entrega.agregado, entrega.sequencia + 1);
+    if (cair) throw new Error('o processo caiu depois do COMMIT');
+  };
+  const antes = await montar(t, { sequencias, aoAplicar });
+  const e1 = umEnvelope();
+  const e2 = umEnvelope({ payload: { id: 'oc-1', de: 'em_atendimento', para: 'encerrada' } });
+  await antes.enviar(e1, { sequencia: 1 });
+  cair = true;
+  assert.equal((await antes.enviar(e2, { sequencia: 2 })).status, 500);
+  cair = false;
+  // Reiniciado: o reenvio da 2 é repetido, porque a sequência foi com a projeção.
+  const aplicados = [];
+  const depois = await montar(t, { sequencias, aoAplicar: (e, entrega) => { aplicados.push(entrega.sequencia); return aoAplicar(e, entrega); } });
+  assert.equal((await depois.enviar(e2, { sequencia: 2 })).status, 204);
+  assert.deepEqual(aplicados, []);
+  assert.deepEqual(motivos(depois.receptor), [MOTIVO.REPETIDO]);
+  assert.equal(projecao.get('oc-1'), 'encerrada');
+});
+
+test('proxima é consultado na vez do agregado: entregas simultâneas esperam a leitura e saem em ordem', async (t) => {
+  const banco = umBanco();
+  banco.proximas.set(AG, 3);
+  let soltar;
+  const lida = new Promise((r) => {
+    soltar = r;
+  });
+  const sequencias = {
+    proxima: async (agregado) => {
+      await lida;
+      return banco.opcoes.sequencias.proxima(agregado);
+    },
+    definirProxima: banco.opcoes.sequencias.definirProxima,
+  };
+  const ordem = [];
+  const { enviar } = await montar(t, { sequencias, aoAplicar: (e, entrega) => { ordem.push(entrega.sequencia); } });
+  const respostas = Promise.all([5, 4, 3, 2].map((s) => enviar(umEnvelope(), { sequencia: s })));
+  await new Promise((r) => setTimeout(r, 30));
+  assert.deepEqual(ordem, []);
+  soltar();
+  assert.deepEqual((await respostas).map((r) => r.status), [204, 204, 204, 204]);
+  assert.deepEqual(ordem, [3, 4, 5]);
+  assert.equal(banco.contar('proxima'), 1);
+  assert.equal(banco.proximas.get(AG), 6);
+});
+
+test('proxima aceita texto (BIGINT do pg) e bigint; um valor inválido é 503', async (t) => {
+  for (const [valor, aplica] of [['7', true], [7n, true], [null, false], ['abc', 'erro'], [0, 'erro'], [1.5, 'erro']]) {
+    const { enviar, chamadas, receptor } = await montar(t, {
+      sequencias: { proxima: async () => valor, definirProxima: async () => {} },
+    });
+    const r = await enviar(umEnvelope(), { sequencia: 7 });
+    if (aplica === 'erro') {
+      assert.equal(r.status, 503, String(valor));
+      assert.deepEqual(motivos(receptor), [MOTIVO.ESTADO_INDISPONIVEL]);
+    } else {
+      assert.equal(r.status, 204, String(valor));
+      assert.equal(chamadas.length, aplica ? 1 : 0, String(valor));
+    }
+  }
+});
+
+for (const modo of ['rejeita', 'lança']) {
+  test(`um gancho que ${modo} responde 503 (estado-indisponivel), nunca 204, e o reenvio aplica`, async (t) => {
+    for (const gancho of ['proxima', 'tem', 'definirProxima', 'marcar', 'guardar', 'carregar']) {
+      const banco = umBanco();
+      const { enviar, ids, receptor } = await montar(t, banco.opcoes);
+      const falhar = () => {
+        (modo === 'rejeita' ? banco.falhas : banco.lancar)[gancho] = new Error(`${gancho} fora do ar`);
+      };
+      const voltar = () => {
+        delete banco.falhas[gancho];
+        delete banco.lancar[gancho];
+      };
+      const [e1, e2] = [umEnvelope(), umEnvelope()];
+      // guardar só é chamado para um adiantado.
+      const primeira = gancho === 'guardar' ? [e2, 2] : [e1, 1];
+      falhar();
+      const r = await enviar(primeira[0], { sequencia: primeira[1] });
+      assert.equal(r.status, 503, `${gancho}: ${r.status}`);
+      assert.equal(receptor.descartes().at(-1).motivo, MOTIVO.ESTADO_INDISPONIVEL, gancho);
+      assert.equal(receptor.emEspera(AG), 0, `${gancho}: nada retido`);
+      voltar();
+      // O Geohub manda de novo: aplica (uma vez só, mesmo que aoAplicar já
+      // tenha rodado, quando a falha veio depois e a sequência foi gravada).
+      assert.equal((await enviar(primeira[0], { sequencia: primeira[1] })).status, 204, gancho);
+      if (gancho === 'guardar') {
+        assert.equal(receptor.emEspera(AG), 1);
+        assert.equal((await enviar(e1, { sequencia: 1 })).status, 204);
+      } else {
+        assert.equal((await enviar(e2, { sequencia: 2 })).status, 204);
+      }
+      const esperado = gancho === 'definirProxima' ? [e1.id, e1.id, e2.id] : [e1.id, e2.id];
+      assert.deepEqual(ids(), esperado, gancho);
+      assert.equal(banco.proximas.get(AG), 3, gancho);
+    }
+  });
+}
+
+test('um gancho que falha sem ordem (sem sequência) também responde 503', async (t) => {
+  const banco = umBanco();
+  const { enviar, ids } = await montar(t, banco.opcoes);
+  const e = umEnvelope();
+  banco.falhas.tem = new Error('fora');
+  assert.equal((await enviar(e, { sequencia: null })).status, 503);
+  delete banco.falhas.tem;
+  banco.falhas.marcar = new Error('fora');
+  assert.equal((await enviar(e, { sequencia: null })).status, 503);
+  delete banco.falhas.marcar;
+  // Sem a marca, o reenvio aplica de novo: ao menos uma vez (por isso a
+  // marca vai na transação da projeção).
+  assert.equal((await enviar(e, { sequencia: null })).status, 204);
+  assert.equal((await enviar(e, { sequencia: null })).status, 204);
+  assert.deepEqual(ids(), [e.id, e.id]);
+});
+
+test('um gancho que falha na drenagem deixa o retido na frente; drenarTudo tenta de novo', async (t) => {
+  const banco = umBanco();
+  const { enviar, ids, receptor } = await montar(t, banco.opcoes);
+  const [e1, e2, e3] = [umEnvelope(), umEnvelope(), umEnvelope()];
+  await enviar(e3, { sequencia: 3 });
+  await enviar(e2, { sequencia: 2 });
+  banco.falhas.marcar = new Error('fora');
+  // A 1 mesma falha em marcar: 503 (a sequência já foi gravada).
+  assert.equal((await enviar(e1, { sequencia: 1 })).status, 503);
+  delete banco.falhas.marcar;
+  await receptor.drenarTudo();
+  assert.deepEqual(ids(), [e1.id, e2.id, e3.id]);
+  assert.equal(receptor.emEspera(AG), 0);
+  assert.equal(banco.proximas.get(AG), 4);
+});
+
+test('ajustarProxima: o passo 6 do reparo — pula o expurgado e aplica os retidos a partir dali', async (t) => {
+  const banco = umBanco();
+  const { enviar, ids, receptor } = await montar(t, banco.opcoes);
+  const [e5, e6] = [umEnvelope(), umEnvelope()];
+  await enviar(e5, { sequencia: 5 });
+  await enviar(e6, { sequencia: 6 });
+  await enviar(umEnvelope(), { sequencia: 3 }); // abaixo do ponto escolhido: esquecido
+  assert.equal(receptor.emEspera(AG), 3);
+  await receptor.ajustarProxima(AG, 5);
+  assert.deepEqual(ids(), [e5.id, e6.id]);
+  assert.equal(receptor.emEspera(AG), 0);
+  assert.equal(banco.proximas.get(AG), 7);
+  assert.equal(banco.retidos.get(AG).size, 0);
+  await assert.rejects(receptor.ajustarProxima(AG, 2), RangeError);
+  await assert.rejects(receptor.ajustarProxima(AG, 0), RangeError);
+  // Sem ganchos também.
+  const semBanco = await montar(t);
+  const e2 = umEnvelope();
+  await semBanco.enviar(e2, { sequencia: 2 });
+  await semBanco.receptor.ajustarProxima(AG, 2);
+  assert.deepEqual(semBanco.ids(), [e2.id]);
+  assert.equal(await semBanco.receptor.proximaDe(AG), 3);
+});
+
+test('com sequencias, a memória guarda só maxAgregadosEmMemoria agregados e relê os esquecidos', async (t) => {
+  const banco = umBanco();
+  const { enviar, ids } = await montar(t, { sequencias: banco.opcoes.sequencias, maxAgregadosEmMemoria: 1 });
+  const [a1, b1, a2, a1deNovo] = [umEnvelope(), umEnvelope(), umEnvelope(), null];
+  await enviar(a1, { agregado: 'ocorrencia:a', sequencia: 1 });
+  await enviar(b1, { agregado: 'ocorrencia:b', sequencia: 1 });
+  await enviar(a2, { agregado: 'ocorrencia:a', sequencia: 2 });
+  assert.equal(a1deNovo, null);
+  assert.equal((await enviar(a1, { agregado: 'ocorrencia:a', sequencia: 1 })).status, 204);
+  assert.deepEqual(ids(), [a1.id, b1.id, a2.id]);
+  assert.equal(banco.contar('proxima'), 3, 'a, b, e a de novo depois de esquecido');
+  // Um agregado com retidos não é esquecido.
+  const c3 = umEnvelope();
+  await enviar(c3, { agregado: 'ocorrencia:c', sequencia: 3 });
+  await enviar(umEnvelope(), { agregado: 'ocorrencia:d', sequencia: 1 });
+  const antes = banco.contar('proxima');
+  await enviar(umEnvelope(), { agregado: 'ocorrencia:c', sequencia: 1 });
+  assert.equal(banco.contar('proxima'), antes, 'c ficou em memória');
+});
+
+test('um gancho sem as funções pedidas é recusado na construção', () => {
+  assert.throws(() => new Receptor({ segredo: 's', sequencias: { proxima() {} } }), /sequencias precisa de proxima\(\), definirProxima\(\): falta definirProxima/u);
+  assert.throws(() => new Receptor({ segredo: 's', vistos: {} }), /vistos precisa de tem\(\), marcar\(\)/u);
+  assert.throws(() => new Receptor({ segredo: 's', retidos: { carregar() {}, guardar() {} } }), /falta remover/u);
+  assert.doesNotThrow(() => new Receptor({ segredo: 's', sequencias: undefined, vistos: null }));
 });

@@ -125,7 +125,7 @@ const MOTIVOS_DO_STATUS = {
   401: [MOTIVO.ASSINATURA_INVALIDA, MOTIVO.FORA_DA_JANELA],
   413: [MOTIVO.CORPO_GRANDE],
   500: [MOTIVO.FALHA_AO_APLICAR],
-  503: [MOTIVO.SEM_SEGREDO, MOTIVO.ESPERA_CHEIA],
+  503: [MOTIVO.SEM_SEGREDO, MOTIVO.ESPERA_CHEIA, MOTIVO.ESTADO_INDISPONIVEL],
 };
 
 const TEXTO_DO_STATUS = {
@@ -135,6 +135,22 @@ const TEXTO_DO_STATUS = {
   500: 'o receptor não conseguiu aplicar',
   503: 'o receptor pediu para tentar depois',
 };
+
+/**
+ * O motivo de uma conexão que estava aberta e acabou sem motivo do servidor
+ * (a API WebSocket dá um `reason` vazio a uma queda de rede).
+ */
+function motivoSemTexto(codigo) {
+  if (codigo === CODIGO.ANORMAL) return 'a conexão caiu, sem fechamento do servidor';
+  if (codigo === CODIGO.SERVIDOR_ENCERRANDO) return 'o servidor está encerrando';
+  return `o servidor fechou a conexão (código ${codigo})`;
+}
+
+/** A causa de uma falha de `fetch` (o undici diz só "fetch failed"). */
+function causaDe(erro) {
+  const causa = erro?.cause?.message ?? erro?.cause?.code;
+  return String(causa ?? erro?.message ?? erro);
+}
 
 const SEM_WEBSOCKET =
   'sessao.js precisa de um WebSocket: use Node.js 22 ou mais novo, ou Node.js 20 com ' +
@@ -228,10 +244,12 @@ class SessaoGeohub {
    * @param {number} [opcoes.silencioMaximoMs] sem mensagem nem ping por este
    *   tempo (também num handshake que não termina), a conexão é dada por
    *   morta; padrão 30000
-   * @param {(mudanca: {estado: string, codigo?: number, motivo?: string, esperaMs?: number}) => void} [opcoes.aoMudarEstado]
-   *   avisado de cada mudança de ESTADO; `codigo` e `motivo` dizem por que a
-   *   conexão acabou (em `aguardando` e `encerrada`), `esperaMs` quanto
-   *   falta para reconectar
+   * @param {(mudanca: {estado: string, codigo?: number, motivo?: string, detalhe?: string, esperaMs?: number}) => void} [opcoes.aoMudarEstado]
+   *   avisado de cada mudança de ESTADO; `codigo` e `motivo` (em português)
+   *   dizem por que a conexão acabou (em `aguardando` e `encerrada`),
+   *   `detalhe`, quando há, o erro como veio da rede ou da biblioteca
+   *   (em inglês, no WebSocket do Node), `esperaMs` quanto falta para
+   *   reconectar
    * @param {(texto: string) => void} [opcoes.aoAviso] o que não para a
    *   sessão mas alguém deveria ver (mensagem ilegível, resposta recusada);
    *   padrão console.warn
@@ -354,7 +372,7 @@ class SessaoGeohub {
     } catch (erro) {
       this.#atual = null;
       this.#avisar(`não foi possível abrir ${this.#urlWs}: ${erro?.message ?? erro}`);
-      this.#reconectar(conexao, CODIGO.ANORMAL, String(erro?.message ?? erro));
+      this.#reconectar(conexao, CODIGO.ANORMAL, 'não foi possível abrir o websocket', String(erro?.message ?? erro));
       return;
     }
     const socket = conexao.socket;
@@ -420,50 +438,81 @@ class SessaoGeohub {
     if (codigo === CODIGO.RESPOSTA_INVALIDA) {
       this.#avisar(`o Geohub recusou uma resposta deste cliente (4002): ${motivo}`);
     }
+    // O erro da biblioteca (o do WebSocket do Node vem em inglês, como
+    // "Received network error or non-101 status code.") vai em `detalhe`;
+    // o motivo é sempre em português.
+    let detalhe = conexao.erro;
     if (!conexao.aberta) {
       // A API WebSocket não diz o status HTTP de um handshake recusado: a
       // mesma rota, sem upgrade, diz se o problema é a chave (401), que
-      // nenhuma reconexão conserta.
-      const recusa = await this.#chaveRecusada();
+      // nenhuma reconexão conserta, ou se o Geohub nem responde.
+      const falha = await this.#porQueNaoAbriu();
       if (this.#encerrando || this.#estado === ESTADO.ENCERRADA) return;
-      if (recusa !== undefined) {
-        this.#terminar({ codigo: CODIGO.CHAVE_RECUSADA, motivo: recusa });
+      if (falha.chaveRecusada) {
+        this.#terminar({ codigo: CODIGO.CHAVE_RECUSADA, motivo: falha.motivo });
         return;
       }
-      motivo = motivo || conexao.erro || 'o handshake falhou';
+      motivo = motivo || falha.motivo;
+      detalhe = [conexao.erro, falha.detalhe].filter((x) => x !== undefined && x !== '').join('; ') || undefined;
+    } else if (motivo === '') {
+      motivo = motivoSemTexto(codigo);
     }
-    this.#reconectar(conexao, codigo, motivo);
+    this.#reconectar(conexao, codigo, motivo, detalhe);
   }
 
-  /** O motivo do 401 de `GET /api/sessao`, ou `undefined` sem 401. */
-  async #chaveRecusada() {
-    if (typeof this.#fetch !== 'function') return undefined;
+  /**
+   * Por que um handshake não abriu, perguntado a `GET /api/sessao` sem
+   * upgrade: `{ chaveRecusada: true, motivo }` num 401; senão
+   * `{ motivo, detalhe }`, o que dá para dizer em português.
+   */
+  async #porQueNaoAbriu() {
+    if (typeof this.#fetch !== 'function') return { motivo: 'o websocket da sessão não abriu' };
+    let resposta;
+    let corpo;
     try {
-      const resposta = await this.#fetch(this.#urlHttp, {
+      resposta = await this.#fetch(this.#urlHttp, {
         headers: { Authorization: `Bearer ${this.#apiKey}` },
         signal: AbortSignal.timeout(5000),
       });
-      const corpo = await resposta.text();
-      if (resposta.status !== 401) return undefined;
+      corpo = String(await resposta.text());
+    } catch (erro) {
+      // O servidor fora do ar: a reconexão tenta de novo.
+      return {
+        motivo: 'o Geohub não respondeu: fora do ar, ou sem rede até ele',
+        detalhe: `GET ${this.#urlHttp}: ${causaDe(erro)}`,
+      };
+    }
+    const status = resposta.status;
+    if (status === 401) {
       let erro;
       try {
         erro = JSON.parse(corpo).erro;
       } catch {
         erro = undefined;
       }
-      return `a chave de API foi recusada (HTTP 401): ${typeof erro === 'string' ? erro : corpo.trim()}`;
-    } catch {
-      return undefined; // o servidor fora do ar: a reconexão tenta de novo
+      return { chaveRecusada: true, motivo: `a chave de API foi recusada (HTTP 401): ${typeof erro === 'string' ? erro : corpo.trim()}` };
     }
+    if (status >= 500) {
+      return {
+        motivo: `o Geohub (ou um proxy na frente dele) respondeu HTTP ${status}: fora do ar ou sobrecarregado`,
+        detalhe: `GET ${this.#urlHttp}: HTTP ${status}`,
+      };
+    }
+    return {
+      motivo: `o websocket não abriu, mas o Geohub responde (HTTP ${status} sem upgrade): a rede ou um proxy no caminho pode estar barrando o websocket`,
+      detalhe: `GET ${this.#urlHttp}: HTTP ${status}`,
+    };
   }
 
-  #reconectar(conexao, codigo, motivo) {
+  #reconectar(conexao, codigo, motivo, detalhe) {
+    // Volta à espera mínima depois de uma sessão que valeu: entregou alguma
+    // coisa ou durou SESSAO_ESTAVEL_MS (a mesma regra do cliente em Go).
     const durou = conexao.aberta && Date.now() - conexao.abertaEm >= SESSAO_ESTAVEL_MS;
     if (conexao.entregas > 0 || durou) this.#falhas = 0;
     const esperaMs = Math.min(this.#esperaMinima * 2 ** this.#falhas, this.#esperaMaxima);
     // O teto evita 2 ** n infinito numa queda que dura dias.
     this.#falhas = Math.min(this.#falhas + 1, 40);
-    this.#mudar(ESTADO.AGUARDANDO, { codigo, motivo, esperaMs });
+    this.#mudar(ESTADO.AGUARDANDO, { codigo, motivo, ...(detalhe === undefined ? {} : { detalhe }), esperaMs });
     this.#timerReconexao = setTimeout(() => this.#conectar(), esperaMs);
   }
 

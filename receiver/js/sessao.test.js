@@ -296,6 +296,38 @@ test('a chave vai em Authorization; 2xx vira ack, o resto nack com o motivo', as
   assert.deepEqual(s.avisos, []);
 });
 
+test('um gancho de estado do receptor que falha vira nack 503 estado-indisponivel, nunca ack', async (t) => {
+  let fora = true;
+  const proximas = new Map();
+  const s = umaSessaoFalsa(t, {
+    receptor: {
+      sequencias: {
+        proxima: async (agregado) => {
+          if (fora) throw new Error('banco fora do ar');
+          return proximas.get(agregado);
+        },
+        definirProxima: async (agregado, n) => {
+          proximas.set(agregado, n);
+        },
+      },
+    },
+  });
+  s.sessao.iniciar();
+  const ws = s.ultimo();
+  ws.abrir();
+  const m = umaMensagem();
+  ws.mandar(m);
+  await esperar('o nack', () => ws.enviadas.length === 1);
+  assert.deepEqual(ws.enviadas[0], { nack: m['x-geohub-entrega-id'], motivo: '503 estado-indisponivel' });
+  assert.equal(s.aplicados.length, 0);
+  fora = false;
+  const deNovo = { ...m, 'x-geohub-entrega-id': randomUUID() };
+  ws.mandar(deNovo);
+  await esperar('o ack', () => ws.enviadas.length === 2);
+  assert.deepEqual(ws.enviadas[1], { ack: deNovo['x-geohub-entrega-id'] });
+  assert.equal(proximas.get('ocorrencia:oc-1'), 2);
+});
+
 test('mensagem ilegível: avisada e ignorada, e a sessão segue', async (t) => {
   const s = umaSessaoFalsa(t);
   s.sessao.iniciar();
@@ -411,12 +443,84 @@ test('handshake recusado com 401: fim, sem reconectar; outra falha reconecta', a
   await esperar('a reconexão depois de um 503', () => s.criados.length === 2);
   s.ultimo().falharSoComErro();
   await esperar('a reconexão depois de um error sem close', () => s.criados.length === 3);
-  assert.equal(s.estados.filter((e) => e.estado === ESTADO.AGUARDANDO).at(-1).motivo, 'Received network error or non-101 status code.');
+  // O motivo em português; o erro do WebSocket do Node, em inglês, no detalhe.
+  const { motivo, detalhe } = s.estados.filter((e) => e.estado === ESTADO.AGUARDANDO).at(-1);
+  assert.equal(motivo, 'o Geohub (ou um proxy na frente dele) respondeu HTTP 503: fora do ar ou sobrecarregado');
+  assert.equal(detalhe, 'Received network error or non-101 status code.; GET http://geohub.teste/api/sessao: HTTP 503');
   status = 401;
   s.ultimo().falharSoComErro();
   assert.deepEqual(await fim, { codigo: 401, motivo: 'a chave de API foi recusada (HTTP 401): chave de API inválida' });
   await dormir(50);
   assert.equal(s.criados.length, 3);
+});
+
+test('servidor fora do ar: o motivo em português, o erro da biblioteca no detalhe', async (t) => {
+  const s = umaSessaoFalsa(t, {
+    sessao: {
+      fetch: async () => {
+        throw new TypeError('fetch failed', { cause: new Error('connect ECONNREFUSED 127.0.0.1:8080') });
+      },
+    },
+  });
+  s.sessao.iniciar();
+  // Como o WebSocket do Node num servidor fora do ar: error em inglês, e
+  // (no Node 22) o close 1006.
+  s.ultimo().falharSoComErro();
+  s.ultimo().fechar(1006);
+  await esperar('a reconexão', () => s.criados.length === 2);
+  const aguardando = s.estados.filter((e) => e.estado === ESTADO.AGUARDANDO);
+  assert.equal(aguardando.length, 1);
+  assert.deepEqual(aguardando[0], {
+    estado: ESTADO.AGUARDANDO,
+    codigo: 1006,
+    motivo: 'o Geohub não respondeu: fora do ar, ou sem rede até ele',
+    detalhe: 'Received network error or non-101 status code.; GET http://geohub.teste/api/sessao: connect ECONNREFUSED 127.0.0.1:8080',
+    esperaMs: 10,
+  });
+  assert.doesNotMatch(aguardando[0].motivo, /Received|network|status code/u);
+
+  // Servidor de pé, mas o websocket não abre (um proxy que barra o upgrade):
+  // a rota sem upgrade responde 400.
+  const barrado = umaSessaoFalsa(t);
+  barrado.sessao.iniciar();
+  barrado.ultimo().falhar();
+  await esperar('a reconexão', () => barrado.criados.length === 2);
+  const b = barrado.estados.find((e) => e.estado === ESTADO.AGUARDANDO);
+  assert.match(b.motivo, /^o websocket não abriu, mas o Geohub responde \(HTTP 400 sem upgrade\)/u);
+  assert.equal(b.detalhe, 'ECONNREFUSED; GET http://geohub.teste/api/sessao: HTTP 400');
+
+  // Uma conexão aberta que cai sem motivo do servidor (reason vazio).
+  barrado.ultimo().abrir();
+  barrado.ultimo().fechar(1006, '');
+  await esperar('a reconexão', () => barrado.criados.length === 3);
+  const queda = barrado.estados.filter((e) => e.estado === ESTADO.AGUARDANDO).at(-1);
+  assert.equal(queda.motivo, 'a conexão caiu, sem fechamento do servidor');
+  assert.equal(queda.detalhe, undefined);
+  assert.equal('detalhe' in queda, false);
+});
+
+test('a espera volta ao mínimo depois de uma sessão que durou 30 s, mesmo sem entregas', async (t) => {
+  let agora = Date.now();
+  t.mock.method(Date, 'now', () => agora);
+  const s = umaSessaoFalsa(t);
+  s.sessao.iniciar();
+  for (let i = 1; i <= 3; i++) {
+    await esperar(`a conexão ${i}`, () => s.criados.length === i);
+    s.ultimo().falhar();
+  }
+  await esperar('a conexão 4', () => s.criados.length === 4);
+  // Aberta e derrubada antes dos 30 s, sem entregar nada: a espera cresce.
+  s.ultimo().abrir();
+  agora += 29999;
+  s.ultimo().fechar(1006);
+  await esperar('a conexão 5', () => s.criados.length === 5);
+  // Aberta por 30 s, sem entregar nada: volta ao mínimo.
+  s.ultimo().abrir();
+  agora += 30000;
+  s.ultimo().fechar(1006);
+  await esperar('a conexão 6', () => s.criados.length === 6);
+  const esperas = s.estados.filter((e) => e.estado === ESTADO.AGUARDANDO).map((e) => e.esperaMs);
+  assert.deepEqual(esperas, [10, 20, 40, 80, 10]);
 });
 
 test('servidor calado: a conexão é largada e reaberta; mensagens mantêm a conexão viva', async (t) => {
