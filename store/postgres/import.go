@@ -120,9 +120,15 @@ func NewImporter(ctx context.Context, url string) (*Importer, error) {
 	return im, nil
 }
 
-// Close ends the connection, which releases the lock.
+// Close releases the lock and ends the connection. The unlock is said
+// first: a closed connection's backend releases its locks only once it
+// has processed the end, after Close returns, and a run started right
+// then (the operator's verifying second run) would be refused.
 func (im *Importer) Close() error {
-	return im.conn.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	im.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(migrateDataLock))
+	return im.conn.Close(ctx)
 }
 
 // Begin implements app.MigrationTarget.
