@@ -35,11 +35,6 @@ const (
 	SessaoSemSinal = "o CAD não respondeu à entrega nem ao ping a tempo: a conexão parece morta"
 )
 
-// SessionProbeEvery bounds how often deliveries make the session ping the
-// CAD: a live CAD's websocket answers a ping whatever its code is doing,
-// so an answer that times out tells a slow CAD from a dead connection.
-const SessionProbeEvery = time.Second
-
 // errSessionGone is an attempt that did not reach the CAD: no session
 // here, or it ended before taking the message, or the server's shutdown
 // ended it. Not the CAD's failure, so
@@ -71,7 +66,7 @@ type CADSessionRecord struct {
 // the replicas: one session per integrator across all of them.
 type CADSessionStore interface {
 	// SaveCADSession records r as the integrator's session, over whatever
-	// session it had.
+	// session it had, unless that one attached later (Desde).
 	SaveCADSession(ctx context.Context, r CADSessionRecord) error
 	// TouchCADSession records session sessao alive at `at` with pendentes
 	// deliveries unanswered; false when it is no longer the integrator's
@@ -136,6 +131,7 @@ type CADSession struct {
 	messages chan []byte
 	probes   chan struct{}
 	heard    atomic.Int64 // unix nanoseconds of the last frame from the CAD
+	pinged   atomic.Int64 // unix nanoseconds of the last ping to it
 	done     chan struct{}
 	once     sync.Once
 	mu       sync.Mutex
@@ -196,12 +192,22 @@ func (ss *CADSessions) Get(integrador string) *CADSession {
 // Messages yields the deliveries to write, one text message each.
 func (s *CADSession) Messages() <-chan []byte { return s.messages }
 
-// Probes yields when a delivery went out and the CAD should be pinged
-// (at most every SessionProbeEvery: the writer's to bound).
+// Probes yields when a delivery went out and the CAD should be pinged,
+// unless a ping to it is outstanding already (PingOutstanding): a live
+// CAD's websocket answers a ping whatever its code is doing, so an answer
+// that times out with nothing heard since tells a dead connection from a
+// slow CAD.
 func (s *CADSession) Probes() <-chan struct{} { return s.probes }
 
 // Heard records a frame from the CAD (an answer, a pong) at `at`.
 func (s *CADSession) Heard(at time.Time) { s.heard.Store(at.UnixNano()) }
+
+// Pinged records a ping sent to the CAD at `at`.
+func (s *CADSession) Pinged(at time.Time) { s.pinged.Store(at.UnixNano()) }
+
+// PingOutstanding reports whether the last ping has had nothing from the
+// CAD after it: its pong, when the CAD is alive, is still to come.
+func (s *CADSession) PingOutstanding() bool { return s.pinged.Load() > s.heard.Load() }
 
 // heardSince reports whether the CAD sent anything after t.
 func (s *CADSession) heardSince(t time.Time) bool { return s.heard.Load() > t.UnixNano() }
@@ -365,11 +371,11 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 			return s.answered(in.ID+" "+req.EventID, a)
 		default:
 		}
-		// A ping went out at most SessionProbeEvery before the message: a
+		// The probe left a ping unanswered at or after the handoff: a
 		// live CAD answered it by now, a dead connection did not. That
 		// ends the session, as its missed pongs would later, and the
 		// delivery is a drop, not the CAD's timeout.
-		if ctx.Err() == context.DeadlineExceeded && !sess.heardSince(sent.Add(-SessionProbeEvery)) {
+		if ctx.Err() == context.DeadlineExceeded && !sess.heardSince(sent) {
 			sess.end(SessaoSemSinal)
 			if s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
 				return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, SessaoSemSinal), Transport: true}
@@ -462,11 +468,17 @@ func (s *SessionSender) answered(key string, a SessionAnswer) SendResult {
 	return SendResult{Status: http.StatusServiceUnavailable, Snippet: motivo, Nack: true}
 }
 
+// maxDropsKept bounds the drop counts kept: a delivery dropped and then
+// answered on another replica, or dead-lettered, is never forgotten by an
+// answer here. Past the bound the counts start over, which only gives the
+// deliveries dropped meanwhile their uncounted drops again.
+const maxDropsKept = 10_000
+
 // dropped counts one more drop of the delivery key, returning the count.
 func (s *SessionSender) dropped(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.drops == nil {
+	if s.drops == nil || len(s.drops) >= maxDropsKept {
 		s.drops = map[string]int{}
 	}
 	s.drops[key]++

@@ -50,4 +50,25 @@ func TestASessionIntegratorWithoutASessionFor120HoursIsDisabled(t *testing.T) {
 	if in, _ := k.integrators.Get(ctx, idle.ID); !in.Ativo {
 		t.Errorf("a session integrator with nothing waiting was disabled: %q", in.MotivoInativo)
 	}
+
+	// An admin reactivates it: the 120 h count from then on, not from its
+	// last session, or the next sweep would disable it again at once.
+	k.clock.Add(time.Hour) // the reactivation's minute differs from the last count's
+	yes := true
+	if _, err := k.integrators.Update(ctx, waiting.ID, app.IntegratorPatch{Ativo: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	reactivated := k.clock.Now()
+	k.clock.Add(121 * time.Hour)
+	k.dispatcher.Wake()
+	if !storetest.Poll(10*time.Second, func() bool {
+		got, _ = k.integrators.Get(ctx, waiting.ID)
+		return !got.Ativo
+	}) {
+		t.Fatalf("121 h after its reactivation, still without a session: %+v", got)
+	}
+	brasilia, _ := time.LoadLocation("America/Sao_Paulo")
+	if since := reactivated.In(brasilia).Format("02/01/2006 15:04"); !strings.Contains(got.MotivoInativo, since) {
+		t.Errorf("disabled again counting from %q, want from the reactivation, %s", got.MotivoInativo, since)
+	}
 }

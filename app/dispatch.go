@@ -883,7 +883,8 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 // with no session, nothing is attempted and nothing fails, so the 120 h
 // of failures never start. What counts instead is 120 h with deliveries
 // waiting and no session: since the last one was seen alive, or since the
-// integrator was registered if it never had one.
+// integrator was registered if it never had one, or since an admin last
+// changed it (reactivated it, say).
 func (d *Dispatcher) disableAbsentSessions(ctx context.Context, now time.Time) {
 	if d.AutoDisable <= 0 {
 		return
@@ -898,9 +899,14 @@ func (d *Dispatcher) disableAbsentSessions(ctx context.Context, now time.Time) {
 			in.Sessao != nil && in.Sessao.Conectada {
 			continue
 		}
+		// An admin's change of the cadastro (a reactivation above all)
+		// starts the count again: the CAD has just been told to connect.
 		since := in.CriadoEm
-		if in.Sessao != nil {
+		if in.Sessao != nil && in.Sessao.VistoEm.After(since) {
 			since = in.Sessao.VistoEm
+		}
+		if in.AtualizadoEm.After(since) {
+			since = in.AtualizadoEm
 		}
 		if now.Sub(since) < d.AutoDisable {
 			continue

@@ -32,8 +32,9 @@ const (
 	sessionPongWait  = 25 * time.Second
 	sessionWriteWait = 10 * time.Second
 	sessionRecheck   = time.Second
-	// sessionReadLimit bounds one answer: an id and a reason.
-	sessionReadLimit = 4 << 10
+	// sessionReadLimit bounds one answer: an id and a reason (kept to 512
+	// bytes, but a CAD may send a stack trace; the guide says 16 KiB).
+	sessionReadLimit = 16 << 10
 )
 
 // A CAD is a program, not a page: no Origin check applies (the API key
@@ -121,18 +122,20 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 		}
 	}()
 
+	// The store's checks run apart from the writer: a slow database must
+	// not hold the session's messages and pings, which would charge the
+	// CAD with timeouts that are Geohub's.
+	watched := make(chan sessionEnd, 1)
+	watching, stopWatching := context.WithCancel(r.Context())
+	defer stopWatching()
+	go s.watchSession(watching, r, key, sess, watched)
+
 	ping := time.NewTicker(sessionPingEvery)
 	defer ping.Stop()
-	var lastPing time.Time
 	pingNow := func() error {
-		lastPing = time.Now()
+		sess.Pinged(time.Now())
 		return conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(sessionWriteWait))
 	}
-	// The key is checked again, as a console tail checks its login: a
-	// rotated key, or an integrator disabled, on any replica, ends the
-	// session within about a second (the key cache's life).
-	recheck := time.NewTicker(sessionRecheck)
-	defer recheck.Stop()
 	stopping := s.sessions.Done()
 	for {
 		select {
@@ -143,9 +146,10 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 				return
 			}
 		case <-sess.Probes():
-			// A delivery went out: a ping soon after it tells a slow CAD
-			// from a dead connection if its answer times out.
-			if time.Since(lastPing) >= app.SessionProbeEvery {
+			// A delivery went out: a ping after it, unless one is still
+			// unanswered, tells a slow CAD from a dead connection if the
+			// delivery's answer times out.
+			if !sess.PingOutstanding() {
 				if err := pingNow(); err != nil {
 					reason = "a conexão caiu"
 					return
@@ -156,35 +160,10 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 				reason = "a conexão caiu"
 				return
 			}
-			// The heartbeat, for the console of every replica; a session
-			// replaced elsewhere learns it here too.
-			if held, err := s.Dispatcher.TouchSession(r.Context(), sess); err != nil {
-				s.Logger.Warn("record a CAD session alive", "integrador", in.ID, "err", err)
-			} else if !held {
-				reason = app.SessaoSubstituida
-				closeWith(closeReplaced, reason)
-				return
-			}
-		case <-recheck.C:
-			// Another session of the integrator, on another replica,
-			// took over: one session per integrator (SPEC 8d).
-			if held, err := s.Dispatcher.CheckSession(r.Context(), sess); err == nil && !held {
-				reason = app.SessaoSubstituida
-				closeWith(closeReplaced, reason)
-				return
-			}
-			r.Header.Set("Authorization", key)
-			now, err := s.integratorKey(r, false)
-			switch {
-			case app.ErrorCode(err) == app.EUnauthorized:
-				reason = "a chave de API deixou de valer (rotacionada ou revogada)"
-				closeWith(websocket.ClosePolicyViolation, reason)
-				return
-			case err == nil && !now.Ativo:
-				reason = "integrador inativo: um administrador precisa reativá-lo"
-				closeWith(websocket.ClosePolicyViolation, reason)
-				return
-			}
+		case end := <-watched:
+			reason = end.reason
+			closeWith(end.code, reason)
+			return
 		case why := <-bad:
 			reason = why
 			closeWith(closeBadAnswer, why)
@@ -208,6 +187,62 @@ func (s *Server) serveSession(w http.ResponseWriter, r *http.Request, in app.Int
 		case <-stopping:
 			closeWith(websocket.CloseGoingAway, app.SessaoEncerrada)
 			return
+		}
+	}
+}
+
+// sessionEnd is why a session must close, with its close code.
+type sessionEnd struct {
+	code   int
+	reason string
+}
+
+// watchSession checks what the store says of sess until ctx ends: every
+// second that its API key still holds, its integrator is active and no
+// newer session of the integrator attached to any replica (SPEC 8d: one
+// session per integrator); every SessionHeartbeat it records sess alive,
+// for every replica's console. A reason to close goes to end.
+func (s *Server) watchSession(ctx context.Context, r *http.Request, key string, sess *app.CADSession, end chan<- sessionEnd) {
+	recheck := time.NewTicker(sessionRecheck)
+	defer recheck.Stop()
+	heartbeat := time.NewTicker(app.SessionHeartbeat)
+	defer heartbeat.Stop()
+	check := func(fn func(context.Context) (bool, error)) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, sessionRecheck*5)
+		defer cancel()
+		return fn(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-heartbeat.C:
+			held, err := check(func(ctx context.Context) (bool, error) { return s.Dispatcher.TouchSession(ctx, sess) })
+			if err != nil {
+				s.Logger.Warn("record a CAD session alive", "integrador", sess.Integrador, "err", err)
+			} else if !held {
+				end <- sessionEnd{closeReplaced, app.SessaoSubstituida}
+				return
+			}
+		case <-recheck.C:
+			// A failed read proves nothing: the session goes on.
+			if held, err := check(func(ctx context.Context) (bool, error) { return s.Dispatcher.CheckSession(ctx, sess) }); err == nil && !held {
+				end <- sessionEnd{closeReplaced, app.SessaoSubstituida}
+				return
+			}
+			// As a console tail checks its login: a rotated key, or an
+			// integrator disabled, on any replica, ends the session
+			// within about a second (the key cache's life).
+			r.Header.Set("Authorization", key)
+			now, err := s.integratorKey(r.WithContext(ctx), false)
+			switch {
+			case app.ErrorCode(err) == app.EUnauthorized:
+				end <- sessionEnd{websocket.ClosePolicyViolation, "a chave de API deixou de valer (rotacionada ou revogada)"}
+				return
+			case err == nil && !now.Ativo:
+				end <- sessionEnd{websocket.ClosePolicyViolation, "integrador inativo: um administrador precisa reativá-lo"}
+				return
+			}
 		}
 	}
 }

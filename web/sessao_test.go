@@ -373,3 +373,39 @@ func TestADeadConnectionEndsTheSessionWithoutCountingTheDelivery(t *testing.T) {
 		t.Fatalf("the slow timeout and the ack count, the dead connection not: %+v", d)
 	}
 }
+
+// The connection dies right after the CAD's last frame (an ack): the
+// deliveries handed off in the next moments get a ping of their own, so
+// none of them is counted as the CAD's timeout.
+func TestAConnectionDeadRightAfterAnAckCountsNoTimeout(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	e.delRegisterTypes(t)
+	cad := e.sessionCreate(t, "CAD atrás de NAT")
+	conn := e.sessionDial(t, cad.APIKey)
+	e.delPublish(t, "equipe:a", 1)
+	m := sessionRead(t, conn, cad.Segredo)
+	if err := conn.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []app.Event
+	for _, a := range []string{"equipe:b", "equipe:c", "equipe:d"} {
+		evs = append(evs, e.delPublish(t, a, 1))
+	}
+	if !storetest.Poll(30*time.Second, func() bool {
+		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
+		return strings.Contains(metrics, "geohub_sessions_connected 0")
+	}) {
+		t.Fatal("the dead connection's session did not end")
+	}
+	// The CAD's next session gets them at once; only its acks count.
+	alive := e.sessionDial(t, cad.APIKey)
+	for range evs {
+		m := sessionRead(t, alive, cad.Segredo)
+		alive.WriteJSON(map[string]string{"ack": m["x-geohub-entrega-id"]})
+	}
+	for _, ev := range evs {
+		if d := e.delWaitStatus(t, ev.EventID, cad.ID, app.EntregaEntregue); d.Tentativas != 1 {
+			t.Errorf("a delivery to the dead connection counted: %+v", d)
+		}
+	}
+}

@@ -14,7 +14,7 @@
 // person must act: another session of the same integrator took over
 // (4000), the key no longer holds or the integrator is inactive (1008),
 // the integrator receives by callback (4001), or the handshake was refused
-// (a wrong key). Dialling again after 4000 would make two instances of a
+// with 401 (a wrong key). Dialling again after 4000 would make two instances of a
 // CAD throw each other out forever.
 //
 // Deliveries of different aggregates are applied concurrently, as over
@@ -123,8 +123,9 @@ func (e *CloseError) Final() bool {
 	return false
 }
 
-// RefusedError is a handshake Geohub answered with an error status: 401 is
-// a wrong key, 404 a Geohub without sessions. Run stops on it.
+// RefusedError is a handshake answered with an error status. Run stops on
+// a 401 (the key is wrong: a person must fix it) and dials again after
+// any other, which a proxy or a deploy in progress may answer for a while.
 type RefusedError struct {
 	Status int
 	Body   string
@@ -136,7 +137,7 @@ func (e *RefusedError) Error() string {
 
 // Run keeps a session open until ctx ends, returning ctx's error, or until
 // one ends in a way that dialling again cannot fix, returning a
-// *[CloseError] that is Final or a *[RefusedError].
+// *[CloseError] that is Final or a *[RefusedError] with status 401.
 func Run(ctx context.Context, cfg Config) error {
 	target, err := sessionURL(cfg.URL)
 	if err != nil {
@@ -171,7 +172,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		var closed *CloseError
 		var refused *RefusedError
-		if errors.As(err, &closed) && closed.Final() || errors.As(err, &refused) && refused.Status < 500 && refused.Status != http.StatusTooManyRequests {
+		if errors.As(err, &closed) && closed.Final() || errors.As(err, &refused) && refused.Status == http.StatusUnauthorized {
 			state(State{Err: err})
 			return err
 		}

@@ -10,14 +10,18 @@ import (
 	"geohub/app"
 )
 
-// SaveCADSession implements app.CADSessionStore.
+// SaveCADSession implements app.CADSessionStore. A save that commits late
+// (a write held up across a failover) never takes the record from a
+// session that attached after it: that one stays the integrator's, and
+// the late one finds itself replaced.
 func (w *Writes) SaveCADSession(ctx context.Context, r app.CADSessionRecord) error {
 	err := w.w.Write(ctx, Op{}, func(tx Tx) error {
 		_, err := tx.Exec(`INSERT INTO sessao_cad (integrador_id, sessao_id, origem, endereco, desde, visto_em, pendentes, encerrada_em, motivo)
 			VALUES (?, ?, ?, ?, ?, ?, 0, 0, '')
 			ON CONFLICT (integrador_id) DO UPDATE SET sessao_id = excluded.sessao_id, origem = excluded.origem,
 				endereco = excluded.endereco, desde = excluded.desde, visto_em = excluded.visto_em,
-				pendentes = 0, encerrada_em = 0, motivo = ''`,
+				pendentes = 0, encerrada_em = 0, motivo = ''
+			WHERE sessao_cad.desde <= excluded.desde`,
 			r.Integrador, r.Sessao, r.Origem, r.Endereco, MS(r.Desde), MS(r.Desde))
 		return err
 	})

@@ -185,6 +185,44 @@ func SharedConformance(t *testing.T, open func(t *testing.T) SharedUnderTest) {
 		}
 	})
 
+	t.Run("CAD sessions: one record per integrator, on every handle; a late save of an older session loses", func(t *testing.T) {
+		u := fresh(t)
+		a, b := u.DB, u.Again(t)
+		ctx := t.Context()
+		older := app.CADSessionRecord{Integrador: "cad-1", Sessao: "s1", Origem: "replica-a", Endereco: "10.0.0.1", Desde: at}
+		newer := app.CADSessionRecord{Integrador: "cad-1", Sessao: "s2", Origem: "replica-b", Endereco: "10.0.0.2", Desde: at.Add(time.Second)}
+		if err := b.SaveCADSession(ctx, newer); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.SaveCADSession(ctx, older); err != nil { // its write was held up
+			t.Fatal(err)
+		}
+		r, ok, err := a.CADSessionRecord(ctx, "cad-1")
+		if err != nil || !ok || r.Sessao != "s2" || r.Origem != "replica-b" || !r.Desde.Equal(newer.Desde) || !r.EncerradaEm.IsZero() {
+			t.Fatalf("after a late save of an older session: %+v %v %v", r, ok, err)
+		}
+		if held, err := a.TouchCADSession(ctx, "cad-1", "s1", at.Add(2*time.Second), 3); err != nil || held {
+			t.Fatalf("the older session's heartbeat: held %v, %v", held, err)
+		}
+		if held, err := b.TouchCADSession(ctx, "cad-1", "s2", at.Add(2*time.Second), 3); err != nil || !held {
+			t.Fatalf("the newer session's heartbeat: held %v, %v", held, err)
+		}
+		if err := a.EndCADSession(ctx, "cad-1", "s1", at.Add(3*time.Second), "caiu"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.EndCADSession(ctx, "cad-1", "s2", at.Add(4*time.Second), "o CAD fechou"); err != nil {
+			t.Fatal(err)
+		}
+		all, err := a.CADSessionRecords(ctx)
+		if err != nil || len(all) != 1 || all[0].Sessao != "s2" || all[0].Pendentes != 0 || all[0].Motivo != "o CAD fechou" ||
+			!all[0].EncerradaEm.Equal(at.Add(4*time.Second)) || !all[0].VistoEm.Equal(at.Add(4*time.Second)) {
+			t.Fatalf("the records: %+v %v", all, err)
+		}
+		if _, ok, err := a.CADSessionRecord(ctx, "cad-2"); ok || err != nil {
+			t.Fatalf("an integrator without a session: %v %v", ok, err)
+		}
+	})
+
 	t.Run("circuits: one row per integrator, the last write wins, each write one more version", func(t *testing.T) {
 		u := fresh(t)
 		a, b := u.DB, u.Again(t)
