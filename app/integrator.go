@@ -719,12 +719,18 @@ func (s *Integrators) validate(ctx context.Context, in Integrator, checkCallback
 	case EntregaCallback:
 	case EntregaSessao:
 		// The CAD dials in: nothing to post to, no host to allow.
-		if in.CallbackURL != "" || len(in.HostsPermitidos) > 0 {
-			bad = append(bad, Detail{"/callback_url", "uma integração por sessão não tem callback_url nem hosts_permitidos"})
+		if in.CallbackURL != "" {
+			bad = append(bad, Detail{"/callback_url", "uma integração por sessão não tem callback_url"})
+		}
+		if len(in.HostsPermitidos) > 0 {
+			bad = append(bad, Detail{"/hosts_permitidos", "uma integração por sessão não tem hosts_permitidos"})
 		}
 		checkCallback = false
 	default:
+		// Whether a callback is due depends on the mode: judge it once
+		// the mode is one.
 		bad = append(bad, Detail{"/entrega", "deve ser callback ou sessao"})
+		checkCallback = false
 	}
 	before := len(bad)
 	if in.Entrega == EntregaCallback && len(in.HostsPermitidos) == 0 {

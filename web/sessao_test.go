@@ -409,3 +409,27 @@ func TestAConnectionDeadRightAfterAnAckCountsNoTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A session integrator's cadastro refuses what only a callback has, each
+// field named where it is, and an entrega that is neither mode.
+func TestASessionIntegratorsCadastroNamesWhatItRefuses(t *testing.T) {
+	e := apiSetupWithDispatcher(t)
+	for _, tc := range []struct {
+		body  map[string]any
+		paths []string
+	}{
+		{map[string]any{"nome": "CAD", "entrega": "sessao", "callback_url": "https://cad.exemplo.gov.br/x",
+			"hosts_permitidos": []string{"cad.exemplo.gov.br"}}, []string{"/callback_url", "/hosts_permitidos"}},
+		{map[string]any{"nome": "CAD", "entrega": "sessao", "hosts_permitidos": []string{"cad.exemplo.gov.br"}}, []string{"/hosts_permitidos"}},
+		{map[string]any{"nome": "CAD", "entrega": "fax"}, []string{"/entrega"}},
+	} {
+		r := e.do(t, http.MethodPost, "/api/integradores", app.PapelAdmin, tc.body).want(t, http.StatusUnprocessableEntity)
+		var paths []string
+		for _, d := range apiDecodeError(t, r).Detalhes {
+			paths = append(paths, d.Caminho)
+		}
+		if strings.Join(paths, " ") != strings.Join(tc.paths, " ") {
+			t.Errorf("%v: details at %v, want %v", tc.body, paths, tc.paths)
+		}
+	}
+}
