@@ -32,6 +32,18 @@ func (e *delEnv) sessionDial(t *testing.T, key string) *websocket.Conn {
 	return conn
 }
 
+// awaitSessions waits until /metrics counts n sessions attached.
+func (e *delEnv) awaitSessions(t *testing.T, n int, what string) {
+	t.Helper()
+	var metrics string
+	if !storetest.Poll(30*time.Second, func() bool {
+		metrics = string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
+		return strings.Contains(metrics, fmt.Sprintf("geohub_sessions_connected %d\n", n))
+	}) {
+		t.Fatalf("waiting for %s: /metrics says\n%s", what, metrics)
+	}
+}
+
 // sessionRead reads one delivery message, checking its signature.
 func sessionRead(t *testing.T, conn *websocket.Conn, secret string) map[string]string {
 	t.Helper()
@@ -73,13 +85,7 @@ func TestASessionReceivesEveryDeliveryInOrder(t *testing.T) {
 		t.Fatalf("created %+v", cad)
 	}
 	conn := e.sessionDial(t, cad.APIKey)
-	var metrics string
-	if !storetest.Poll(10*time.Second, func() bool {
-		metrics = string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
-		return strings.Contains(metrics, "geohub_sessions_connected 1")
-	}) {
-		t.Fatalf("/metrics does not count the session:\n%s", metrics)
-	}
+	e.awaitSessions(t, 1, "/metrics to count the session")
 	for i := 1; i <= 10; i++ {
 		for _, a := range []string{"equipe:a", "equipe:b", "equipe:c"} {
 			e.delPublish(t, a, i)
@@ -277,12 +283,7 @@ func TestVerifyGoesThroughTheSessionAndTheTesterRefusesIt(t *testing.T) {
 	e := apiSetupWithDispatcher(t)
 	cad := e.sessionCreate(t, "CAD atrás de NAT")
 	conn := e.sessionDial(t, cad.APIKey)
-	if !storetest.Poll(10*time.Second, func() bool {
-		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
-		return strings.Contains(metrics, "geohub_sessions_connected 1")
-	}) {
-		t.Fatal("the session did not attach")
-	}
+	e.awaitSessions(t, 1, "the session to attach")
 	go func() {
 		m := sessionRead(t, conn, cad.Segredo)
 		if !strings.Contains(m["corpo"], "integracao:verificacao") {
@@ -341,12 +342,7 @@ func TestADeadConnectionEndsTheSessionWithoutCountingTheDelivery(t *testing.T) {
 	dead := e.sessionDial(t, cad.APIKey)
 	e.Clock.Advance(2 * time.Minute) // the counted timeout's backoff
 	e.Dispatcher.Wake()
-	if !storetest.Poll(30*time.Second, func() bool {
-		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
-		return strings.Contains(metrics, "geohub_sessions_connected 0")
-	}) {
-		t.Fatal("the dead connection's session did not end")
-	}
+	e.awaitSessions(t, 0, "the dead connection's session to end")
 	dead.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
 		_, _, err := dead.ReadMessage()
@@ -391,12 +387,7 @@ func TestAConnectionDeadRightAfterAnAckCountsNoTimeout(t *testing.T) {
 	for _, a := range []string{"equipe:b", "equipe:c", "equipe:d"} {
 		evs = append(evs, e.delPublish(t, a, 1))
 	}
-	if !storetest.Poll(30*time.Second, func() bool {
-		metrics := string(e.do(t, http.MethodGet, "/metrics", "", nil).want(t, http.StatusOK).Body)
-		return strings.Contains(metrics, "geohub_sessions_connected 0")
-	}) {
-		t.Fatal("the dead connection's session did not end")
-	}
+	e.awaitSessions(t, 0, "the dead connection's session to end")
 	// The CAD's next session gets them at once; only its acks count.
 	alive := e.sessionDial(t, cad.APIKey)
 	for range evs {
