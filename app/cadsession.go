@@ -22,7 +22,7 @@ import (
 // flight per aggregate, the window, retries, dead letters, the breaker):
 // a session is only another way to send one attempt (SessionSender), and
 // an integrator whose session is not attached to this process is not
-// claimed here (Dispatcher.quotas), so on PostgreSQL its rows go out
+// claimed here (Dispatcher.limit), so on PostgreSQL its rows go out
 // through the replica that holds its session.
 
 // Why a session ended, as both ends are told.
@@ -357,14 +357,7 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 			return s.answered(in.ID+" "+req.EventID, a)
 		default:
 		}
-		why := sess.Reason()
-		// A replacement counts as a drop: a CAD that crashes and dials
-		// again at once may replace its dead session before its end is
-		// seen. A shutdown is the server's, and does not.
-		if why == SessaoEncerrada || s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
-			return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, why), Transport: true}
-		}
-		return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", uncountedDrops+1, why), Transport: true}
+		return s.drop(in.ID+" "+req.EventID, sess.Reason())
 	case <-ctx.Done():
 		select {
 		case a := <-answer:
@@ -377,10 +370,7 @@ func (s *SessionSender) Send(ctx context.Context, in Integrator, req Request) Se
 		// delivery is a drop, not the CAD's timeout.
 		if ctx.Err() == context.DeadlineExceeded && !sess.heardSince(sent) {
 			sess.end(SessaoSemSinal)
-			if s.dropped(in.ID+" "+req.EventID) <= uncountedDrops {
-				return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, SessaoSemSinal), Transport: true}
-			}
-			return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", uncountedDrops+1, SessaoSemSinal), Transport: true}
+			return s.drop(in.ID+" "+req.EventID, SessaoSemSinal)
 		}
 		return SendResult{Err: fmt.Errorf("não respondeu a tempo (sem ack em %s)", s.Timeout), Transport: true}
 	}
@@ -474,13 +464,24 @@ func (s *SessionSender) answered(key string, a SessionAnswer) SendResult {
 // deliveries dropped meanwhile their uncounted drops again.
 const maxDropsKept = 10_000
 
-// dropped counts one more drop of the delivery key, returning the count.
-func (s *SessionSender) dropped(key string) int {
+// drop is the attempt's result when its session ended, for why, with the
+// delivery key unanswered: uncounted up to uncountedDrops times, then an
+// attempt without an answer. A replacement counts as a drop: a CAD that
+// crashes and dials again at once may replace its dead session before its
+// end is seen. A shutdown is the server's, and does not.
+func (s *SessionSender) drop(key, why string) SendResult {
+	if why == SessaoEncerrada {
+		return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, why), Transport: true}
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.drops == nil || len(s.drops) >= maxDropsKept {
 		s.drops = map[string]int{}
 	}
 	s.drops[key]++
-	return s.drops[key]
+	n := s.drops[key]
+	s.mu.Unlock()
+	if n <= uncountedDrops {
+		return SendResult{Err: fmt.Errorf("%w: %s", errSessionGone, why), Transport: true}
+	}
+	return SendResult{Err: fmt.Errorf("a sessão caiu %d vezes sem responder a esta entrega: %s", n, why), Transport: true}
 }

@@ -884,31 +884,43 @@ func (d *Dispatcher) housekeep(ctx context.Context, now time.Time) {
 // of failures never start. What counts instead is 120 h with deliveries
 // waiting and no session: since the last one was seen alive, or since the
 // integrator was registered if it never had one, or since an admin last
-// changed it (reactivated it, say).
+// changed it (reactivated it, say). The cadastro snapshot narrows it to
+// the integrators old enough to qualify, so a sweep without any reads
+// nothing from the store.
 func (d *Dispatcher) disableAbsentSessions(ctx context.Context, now time.Time) {
 	if d.AutoDisable <= 0 {
 		return
 	}
-	all, err := d.Integrators.List(ctx)
-	if err != nil {
-		d.Logger.Error("list integrators for the sessions' auto-disable", "err", err)
-		return
-	}
-	for _, in := range all {
-		if in.Entrega != EntregaSessao || !in.Ativo || in.Saude == nil || in.Saude.Pendentes == 0 ||
-			in.Sessao != nil && in.Sessao.Conectada {
-			continue
-		}
+	for _, in := range d.Integrators.sessionIntegrators() {
 		// An admin's change of the cadastro (a reactivation above all)
 		// starts the count again: the CAD has just been told to connect.
 		since := in.CriadoEm
-		if in.Sessao != nil && in.Sessao.VistoEm.After(since) {
-			since = in.Sessao.VistoEm
-		}
 		if in.AtualizadoEm.After(since) {
 			since = in.AtualizadoEm
 		}
+		if now.Sub(since) < d.AutoDisable || d.CADSessions.Get(in.ID) != nil {
+			continue
+		}
+		r, ok, err := d.SessionRecords.CADSessionRecord(ctx, in.ID)
+		if err != nil {
+			d.Logger.Error("read a CAD session for the auto-disable", "integrador", in.ID, "err", err)
+			continue
+		}
+		if ok && sessionStatus(r, nil, now, 0).Conectada {
+			continue
+		}
+		if ok && r.VistoEm.After(since) {
+			since = r.VistoEm
+		}
 		if now.Sub(since) < d.AutoDisable {
+			continue
+		}
+		backlogs, err := d.Integrators.Store.Backlogs(ctx, in.ID)
+		if err != nil {
+			d.Logger.Error("count a session integrator's backlog for the auto-disable", "integrador", in.ID, "err", err)
+			continue
+		}
+		if backlogs[in.ID] == 0 {
 			continue
 		}
 		reason := fmt.Sprintf("%s: sem sessão desde %s, com entregas esperando", autoDisabled, brasiliaTime(since))

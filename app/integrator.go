@@ -410,6 +410,20 @@ func (s *Integrators) activeIDs() []string {
 	return ids
 }
 
+// sessionIntegrators lists the active session integrators of the
+// snapshot.
+func (s *Integrators) sessionIntegrators() []Integrator {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Integrator
+	for _, in := range s.all {
+		if in.Ativo && in.Entrega == EntregaSessao {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
 // cached returns one integrator from the snapshot that routing and delivery
 // read on their hot paths.
 func (s *Integrators) cached(id string) (Integrator, error) {
