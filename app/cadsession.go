@@ -389,7 +389,16 @@ func (d *Dispatcher) AttachSession(ctx context.Context, integrador, endereco str
 		return nil, err
 	}
 	d.Wake()
+	d.sessionChanged()
 	return s, nil
+}
+
+// sessionChanged wakes the console's live integrator pages, as a recorded
+// attempt does: no attempt, but the session they show changed.
+func (d *Dispatcher) sessionChanged() {
+	if d.OnRecorded != nil {
+		d.OnRecorded()
+	}
 }
 
 // DetachSession ends s: its rows wait, unclaimed here, for the next.
@@ -404,6 +413,7 @@ func (d *Dispatcher) DetachSession(s *CADSession, reason string) {
 	if err := d.SessionRecords.EndCADSession(ctx, s.Integrador, s.ID, d.Now(), s.Reason()); err != nil {
 		d.Logger.Warn("record the end of a CAD session", "integrador", s.Integrador, "err", err)
 	}
+	d.sessionChanged()
 }
 
 // CheckSession says whether s is still its integrator's session: false

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 
 	"geohub/receiver"
@@ -453,5 +454,47 @@ func TestDemoSessaoDeliversOverASession(t *testing.T) {
 			}
 		}
 		return paused == 1 && running == 1, fmt.Sprintf("%+v", list)
+	})
+}
+
+// An operator registers a CAD behind NAT in a real browser, choosing
+// delivery by session, and watches its page say so once the CAD's client
+// dials in (SPEC 8d). A browser enforces the form's required fields, as
+// the in-process console tests cannot.
+func TestConsoleRegistersASessionIntegratorInABrowser(t *testing.T) {
+	data := t.TempDir()
+	srv := startServer(t, data)
+	ctx := browser(t)
+	base := "http://" + srv.addr
+	login(t, ctx, base, "admin", adminPassword)
+
+	do(t, ctx, "create a session integrator",
+		chromedp.Navigate(base+"/integradores/novo"), chromedp.WaitVisible(css(`input[name=nome]`)),
+		fill(map[string]string{"nome": "CAD da Guarda", "eventos": "jornada:*"}),
+		chromedp.Click(css(`input[name=entrega][value=sessao]`)),
+		chromedp.Click(css(`main button[type=submit]`)), chromedp.WaitVisible(css(`#api-key`)))
+	in := sessionIntegrator{Segredo: text(t, ctx, `#segredo`), APIKey: text(t, ctx, `#api-key`)}
+	screenshot(t, ctx, "integrador-sessao-criado")
+	do(t, ctx, "go to the integrator", chromedp.Click(css(`main a.botao.primario`)), chromedp.WaitVisible(css(`[data-sessao]`)))
+	if got := get(t, ctx, "the session's state", chromedp.AttributeValue(css(`dd[data-sessao]`), "data-sessao")).Value; got != "nunca" {
+		t.Fatalf("before the CAD dials in, the session is %q", got)
+	}
+	if n := count(t, ctx, `main form[action$="/testar"]`); n != 0 {
+		t.Errorf("a session integrator's page offers the receiver tester")
+	}
+	page := get(t, ctx, "the page's address", chromedp.Location())
+	in.ID = page[strings.LastIndex(page, "/")+1:]
+
+	// The page is live: it shows the session connected without a reload.
+	cad := startSessionCAD(t, srv.addr, in)
+	do(t, ctx, "the page to show the session connected", chromedp.WaitVisible(css(`dd[data-sessao="conectada"]`)))
+	if got := text(t, ctx, `dd[data-sessao]`); !strings.Contains(got, "127.0.0.1") || !strings.Contains(got, "de 16") {
+		t.Errorf("the connected session says %q", got)
+	}
+	screenshot(t, ctx, "integrador-sessao-conectada")
+	publishTo(t, &http.Client{Timeout: 10 * time.Second}, srv.addr, lastLine(runCLI(t, "token", "create", "--papel", "produtor",
+		"--data", data)), "jornada:turno")
+	cad.arrived.await(t, 30*time.Second, "the event over the session", func() (bool, string) {
+		return cad.ordered(map[string]int{"jornada:turno": 1})
 	})
 }

@@ -802,3 +802,12 @@ func keyRotationEffect(in app.Integrator) string {
 	}
 	return "A atual deixa de valer na hora: os comandos do CAD são recusados até ele usar a nova."
 }
+
+// latencyOf says what the latency measures: HTTP answers, or a session's
+// acks and nacks.
+func latencyOf(in app.Integrator) string {
+	if in.Entrega == app.EntregaSessao {
+		return "das respostas da sessão (ack ou nack)"
+	}
+	return "das respostas HTTP"
+}
